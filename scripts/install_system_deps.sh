@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ember's AMD path and hipify tests use, when they are missing:
+#   lld-22            ld.lld to link AMDGPU code objects (lld 14 rejects code object v6)
+#   hipcc, rocm-device-libs   to compile translated HIP sources for gfx90a without a GPU
+# Best effort: without root or apt, it says what is missing and the tests that need it skip.
+set -u
+need=()
+command -v ld.lld-22 >/dev/null 2>&1 || need+=(lld-22)
+command -v hipcc >/dev/null 2>&1 || need+=(hipcc)
+[ -d /usr/lib/x86_64-linux-gnu/amdgcn ] || dpkg -s rocm-device-libs >/dev/null 2>&1 || need+=(rocm-device-libs)
+[ ${#need[@]} -eq 0 ] && exit 0
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; else
+    echo "install_system_deps: not root; missing ${need[*]} (apt-get install ${need[*]}); their tests will skip" >&2
+    exit 0
+  fi
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install_system_deps: no apt-get; missing ${need[*]}; their tests will skip" >&2
+  exit 0
+fi
+echo "install_system_deps: installing ${need[*]}"
+$SUDO apt-get update -qq >/dev/null 2>&1 || true
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
+  || echo "install_system_deps: apt-get install ${need[*]} failed; their tests will skip" >&2
+exit 0
