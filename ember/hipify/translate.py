@@ -1,0 +1,236 @@
+"""CUDA -> HIP translation of one source text, token by token.
+
+Only identifier tokens, ``#include`` header names and kernel launches are ever rewritten; comments,
+string and character literals and every byte between tokens are copied unchanged.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from .launch import find_launches, ggl_text
+from .lint import lint
+from .maps import CUDA_LIKE, Maps, load_maps
+from .result import Reference, Result
+from .syntax import is_punct, next_sig, prev_sig, split_args, strip_range, text_at
+from .tokenizer import HEADER, IDENT, PUNCT, STRING, TRIVIA, Token, tokenize
+
+LAUNCH_SYNTAXES = ("keep", "ggl")
+_NOT_A_TYPE = frozenset({
+    "return", "case", "else", "throw", "new", "delete", "sizeof", "goto", "co_return", "co_yield", "co_await",
+    "do", "typename", "if", "while", "for", "switch", "defined", "and", "or", "not", "decltype", "alignof",
+})
+_INCLUDE_DIRECTIVES = ("include", "include_next", "import")
+
+
+def translate(
+    source: str,
+    path: str = "<string>",
+    *,
+    launch_syntax: str = "keep",
+    local_names: frozenset[str] | set[str] | None = None,
+) -> Result:
+    """Translate CUDA source text to HIP.
+
+    ``path`` is used in messages only. ``launch_syntax`` is "keep" (``<<<...>>>`` stays, hipcc accepts
+    it) or "ggl" (``hipLaunchKernelGGL``). ``local_names`` are names the project defines itself (macros,
+    functions) that must not be reported as unknown CUDA APIs; names defined in ``source`` are found
+    automatically. Raises HipifyError when the text cannot be tokenized (an unterminated comment).
+    """
+    if launch_syntax not in LAUNCH_SYNTAXES:
+        raise ValueError(f"launch_syntax must be one of {LAUNCH_SYNTAXES}, not {launch_syntax!r}")
+    tokens = tokenize(source, path)
+    maps = load_maps()
+    out = [t.text for t in tokens]
+    result = Result(path=path, source=source, output=source)
+    declared = local_declarations(tokens) | set(local_names or ())
+    for i, tok in enumerate(tokens):
+        if tok.kind == HEADER or (tok.kind == STRING and _is_include_operand(tokens, i)):
+            _include(tokens, i, out, maps, result)
+        elif tok.kind == IDENT:
+            _identifier(tokens, i, out, maps, declared, result)
+    for launch in find_launches(tokens):
+        name = "".join(t.text for t in tokens[launch.name[0]:launch.name[1]]).strip()
+        if launch_syntax == "ggl":
+            text = ggl_text(launch, out)
+            out[launch.name[0]] = text
+            for k in range(launch.name[0] + 1, launch.paren_close + 1):
+                out[k] = ""
+            result.converted.append(Reference(launch.line, name, "launch", "hipLaunchKernelGGL"))
+        else:
+            result.converted.append(Reference(launch.line, name, "launch", "<<<...>>>"))
+    result.converted.sort(key=lambda r: r.line)
+    result.unconverted.sort(key=lambda r: r.line)
+    result.output = "".join(out)
+    result.warnings = lint(tokens, maps)
+    result.lines_total, result.lines_changed = _line_counts(source, result.output)
+    return result
+
+
+def _line_counts(source: str, output: str) -> tuple[int, int]:
+    """(lines in source, source lines that the output changes or removes)."""
+    a = source.splitlines()
+    b = output.splitlines()
+    changed = 0
+    for op, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op in ("replace", "delete"):
+            changed += i2 - i1
+    return len(a), changed
+
+
+def _is_include_operand(tokens: list[Token], i: int) -> bool:
+    """Whether the string token ``i`` is the operand of #include or __has_include."""
+    if tokens[i].directive in _INCLUDE_DIRECTIVES:
+        return text_at(tokens, prev_sig(tokens, i)) in _INCLUDE_DIRECTIVES
+    p = prev_sig(tokens, i)
+    return is_punct(tokens, p, "(") and text_at(tokens, prev_sig(tokens, p)) in ("__has_include",
+                                                                                  "__has_include_next")
+
+
+def _include(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Result) -> None:
+    """Rewrite the header name of an #include line (or __has_include) when it is a CUDA header."""
+    tok = tokens[i]
+    inner = tok.text[1:-1].strip()
+    hip = maps.include(inner)
+    if hip is not None:
+        out[i] = tok.text[0] + hip + tok.text[-1]
+        result.converted.append(Reference(tok.line, inner, "include", hip))
+        return
+    alt = maps.include_alternative(inner)
+    if alt is not None:
+        result.unconverted.append(Reference(tok.line, inner, "include", None, alt))
+
+
+def _identifier(
+    tokens: list[Token], i: int, out: list[str], maps: Maps, declared: set[str], result: Result
+) -> None:
+    """Translate or report the identifier token ``i``."""
+    tok = tokens[i]
+    name = tok.text
+    prev = prev_sig(tokens, i)
+    if is_punct(tokens, prev, ".") or is_punct(tokens, prev, "->"):
+        return  # a member: prop.major, obj->cudaStream
+    if is_punct(tokens, prev, "::"):
+        q = prev_sig(tokens, prev)
+        if q >= 0 and tokens[q].kind == IDENT and tokens[q].text != "std":
+            return  # qualified by a namespace or class of the project (cub:: members are handled below)
+    if name in maps.cub_namespace:
+        _cub(tokens, i, out, maps, result)
+        return
+    if name in maps.rewrite:
+        _sync_intrinsic(tokens, i, out, maps, result)
+        return
+    if name == "__CUDA_ARCH__":
+        _cuda_arch(tokens, i, out, result)
+        return
+    if tok.directive == "define" and text_at(tokens, prev) == "define":
+        return  # the name a #define introduces
+    hit = maps.names.get(name)
+    if hit is not None:
+        kind, hip = hit
+        out[i] = hip
+        result.converted.append(Reference(tok.line, name, kind, hip))
+        return
+    if name in declared or name in maps.same:
+        return
+    miss = maps.unsupported.get(name)
+    if miss is not None:
+        result.unconverted.append(Reference(tok.line, name, miss[0], None, miss[1]))
+    elif CUDA_LIKE.match(name):
+        result.unconverted.append(Reference(tok.line, name, "unknown", None, ""))
+
+
+def _cub(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Result) -> None:
+    """``cub::X`` -> ``hipcub::X``; ``namespace cub``/``using namespace cub`` too."""
+    tok = tokens[i]
+    hip = maps.cub_namespace[tok.text]
+    nxt = next_sig(tokens, i)
+    prev = prev_sig(tokens, i)
+    if is_punct(tokens, nxt, "::"):
+        member_idx = next_sig(tokens, nxt)
+        member = text_at(tokens, member_idx)
+        if member in maps.cub_unsupported:
+            result.unconverted.append(Reference(tok.line, f"cub::{member}", "cub", None,
+                                                maps.cub_unsupported[member]))
+            return
+        out[i] = hip
+        result.converted.append(Reference(tok.line, f"cub::{member}", "cub", f"{hip}::{member}"))
+    elif text_at(tokens, prev) == "namespace":
+        out[i] = hip
+        result.converted.append(Reference(tok.line, "cub", "cub", hip))
+
+
+def _sync_intrinsic(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Result) -> None:
+    """``__shfl_down_sync(mask, v, d)`` -> ``__shfl_down(v, d)``; ``__activemask()`` -> ``__ballot(1)``."""
+    tok = tokens[i]
+    name = tok.text
+    target = maps.rewrite[name]
+    paren = next_sig(tokens, i)
+    if not is_punct(tokens, paren, "("):
+        result.unconverted.append(Reference(tok.line, name, "device", None, target))
+        return
+    args, close = split_args(tokens, paren)
+    if close < 0:
+        result.unconverted.append(Reference(tok.line, name, "device", None, target))
+        return
+    if target.endswith(")"):  # a whole expression replaces the call: __activemask(), __syncwarp(mask)
+        out[i] = target[: target.index("(")]
+        inner = target[target.index("(") + 1: -1]
+        for k in range(paren + 1, close):
+            out[k] = ""
+        out[paren] = "(" + inner
+        result.converted.append(Reference(tok.line, name, "device", target))
+        return
+    if len(args) < 2:
+        result.unconverted.append(Reference(tok.line, name, "device", None, target))
+        return
+    out[i] = target
+    keep_from, _ = strip_range(tokens, args[1][0], args[1][1])
+    for k in range(args[0][0], keep_from):
+        out[k] = ""
+    result.converted.append(Reference(tok.line, name, "device", target))
+
+
+def _cuda_arch(tokens: list[Token], i: int, out: list[str], result: Result) -> None:
+    """``__CUDA_ARCH__`` -> ``__HIP_DEVICE_COMPILE__`` where only its presence is tested."""
+    tok = tokens[i]
+    prev = prev_sig(tokens, i)
+    nxt = next_sig(tokens, i)
+    presence = tok.directive in ("ifdef", "ifndef") or text_at(tokens, prev) == "defined" or (
+        is_punct(tokens, prev, "(") and text_at(tokens, prev_sig(tokens, prev)) == "defined")
+    if not presence and tok.directive in ("if", "elif"):
+        after = tokens[nxt] if nxt < len(tokens) else None
+        ends = after is None or after.directive != tok.directive or after.line != tok.line
+        presence = ends or (after.kind == PUNCT and after.text in ("&&", "||", ")"))
+        presence = presence and not (prev >= 0 and tokens[prev].kind == PUNCT and tokens[prev].text in
+                                     ("<", ">", "<=", ">=", "==", "!="))
+    if presence:
+        out[i] = "__HIP_DEVICE_COMPILE__"
+        result.converted.append(Reference(tok.line, "__CUDA_ARCH__", "types", "__HIP_DEVICE_COMPILE__"))
+    else:
+        result.unconverted.append(Reference(
+            tok.line, "__CUDA_ARCH__", "types", None,
+            "__HIP_DEVICE_COMPILE__ tests for the device pass; use __gfx90a__ etc. or a feature macro "
+            "instead of comparing compute capabilities"))
+
+
+def local_declarations(tokens: list[Token]) -> set[str]:
+    """Names the source defines itself: macros, and functions, types and variables it declares."""
+    names: set[str] = set()
+    sig = [i for i, t in enumerate(tokens) if t.kind not in TRIVIA]
+    for pos, i in enumerate(sig):
+        t = tokens[i]
+        if t.kind != IDENT or pos == 0:
+            continue
+        prev = tokens[sig[pos - 1]]
+        if t.directive == "define" and prev.text == "define" and prev.kind == IDENT:
+            names.add(t.text)
+            continue
+        if prev.kind == IDENT and prev.text in ("struct", "class", "enum", "union", "namespace", "using"):
+            names.add(t.text)
+            continue
+        nxt = tokens[sig[pos + 1]] if pos + 1 < len(sig) else None
+        if (prev.kind == IDENT and prev.text not in _NOT_A_TYPE and not prev.directive
+                and nxt is not None and nxt.kind == PUNCT and nxt.text in ("(", "[", "=", ";", ",", "{", ")")):
+            names.add(t.text)
+    return names
