@@ -187,6 +187,7 @@ DRIVER_OVERRIDES = {
     "cuMemFreeAsync": "hipFreeAsync",
     "cuMemAllocFromPoolAsync": "hipMallocFromPoolAsync",
     "cuLaunchKernel": "hipModuleLaunchKernel",
+    "cuDeviceGetCount": "hipGetDeviceCount",
     "cuStreamCreate": "hipStreamCreateWithFlags",
     "cuEventCreate": "hipEventCreateWithFlags",
     "cuMemcpy2D": "hipMemcpyParam2D",

@@ -1,0 +1,224 @@
+"""CPU code generation: LLVM for the host (x86-64, AArch64), parallel loops through libgomp.
+
+A ``PARALLEL`` loop is outlined into a function that receives its free variables in a struct
+and runs a static share of the iterations on each OpenMP thread (``GOMP_parallel``). Parallel
+loops nested inside another parallel loop run serially.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from ..errors import CodegenError, ToolchainError
+from ..ir import expr as E
+from ..ir import stmt as S
+from ..ir.buffer import Buffer
+from ..ir.visitor import free_vars
+from ..target import Target
+from .llvm import I32, I64, PTR, CodeGenLLVM, signature_vars
+
+
+class CodeGenCPU(CodeGenLLVM):
+    """LLVM code generation for the host CPU."""
+
+    def __init__(self, target: Target, module_name: str = "ember"):
+        super().__init__(target, module_name)
+        self._parallel_depth = 0
+
+    def emit_parallel_loop(self, s: S.For) -> None:
+        if self._parallel_depth > 0:
+            return super().emit_parallel_loop(s)
+        b = self.builder
+        lo = self._int_cast(self.expr(s.min), I64)
+        extent = self._int_cast(self.expr(s.extent), I64)
+        captured = [v for v in free_vars(s.body) if v is not s.loop_var]
+        values: list[ir.Value] = []
+        for v in captured:
+            if v in self.vars:
+                values.append(self.vars[v])
+            elif v in self.buffers:
+                values.append(self.buffers[v])
+            else:
+                raise CodegenError(f"parallel loop {s.loop_var.name} uses {v.name}, which has no value here")
+        struct_ty = ir.LiteralStructType([I64, I64] + [x.type for x in values])
+        with b.goto_block(self._entry_block):
+            if self._entry_block.instructions:
+                b.position_before(self._entry_block.instructions[0])
+            closure = self.alloca(struct_ty, 1, "closure")
+        for k, x in enumerate([lo, extent] + values):
+            b.store(x, b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True, source_etype=struct_ty))
+        outlined = self._outline(s, captured, values, struct_ty)
+        gomp = self.intrinsic("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
+        nthreads = int(self.target.opt("num_threads") or 0)
+        b.call(gomp, [outlined, closure, ir.Constant(I32, nthreads), ir.Constant(I32, 0)])
+
+    def _outline(self, s: S.For, captured: list[E.Var], values: list[ir.Value], struct_ty: ir.Type) -> ir.Function:
+        saved = (self.builder, self.function, dict(self.vars), dict(self.buffers), self._entry_block,
+                 dict(self.analyzer.ranges))
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=self.fresh(f"{saved[1].name}_par"))
+        fn.linkage = "internal"
+        entry = fn.append_basic_block("entry")
+        self.function, self._entry_block, self.builder = fn, entry, ir.IRBuilder(entry)
+        b = self.builder
+        fields = []
+        for k in range(2 + len(values)):
+            ty = struct_ty.elements[k]
+            p = b.gep(fn.args[0], [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True, source_etype=struct_ty)
+            fields.append(b.load(p, typ=ty))
+        lo, extent = fields[0], fields[1]
+        for v, x, orig in zip(captured, fields[2:], values):
+            if orig is saved[3].get(v):
+                self.buffers[v] = x
+            else:
+                self.vars[v] = x
+        tid = b.sext(b.call(self.intrinsic("omp_get_thread_num", I32, []), []), I64)
+        nth = b.sext(b.call(self.intrinsic("omp_get_num_threads", I32, []), []), I64)
+        chunk = b.sdiv(b.add(extent, b.sub(nth, ir.Constant(I64, 1))), nth)
+        begin = b.mul(tid, chunk)
+        end = b.add(begin, chunk)
+        end = b.select(b.icmp_signed("<", end, extent), end, extent)
+        count = b.sub(end, begin)
+        count = b.select(b.icmp_signed("<", count, ir.Constant(I64, 0)), ir.Constant(I64, 0), count)
+        self._parallel_depth += 1
+        self.analyzer.bind(s.loop_var, s.min, s.extent)
+        self.emit_serial_loop(s.loop_var, b.add(lo, begin), count, s.body)
+        self._parallel_depth -= 1
+        self.builder.ret_void()
+        (self.builder, self.function, self.vars, self.buffers, self._entry_block, ranges) = saved
+        self.analyzer.ranges = ranges
+        return fn
+
+
+# -- compilation ---------------------------------------------------------------------------------------
+_initialized = False
+
+
+def init_llvm() -> None:
+    """Initialise LLVM's targets once (all of x86/AArch64, NVPTX and AMDGPU in llvmlite)."""
+    global _initialized
+    if not _initialized:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _initialized = True
+
+
+@functools.lru_cache(maxsize=None)
+def load_runtime_libraries() -> None:
+    """Make libgomp's symbols visible to code loaded in this process."""
+    path = ctypes.util.find_library("gomp")
+    if path is None:
+        for cand in ("libgomp.so.1", "/usr/lib/x86_64-linux-gnu/libgomp.so.1"):
+            try:
+                ctypes.CDLL(cand, mode=ctypes.RTLD_GLOBAL)
+                path = cand
+                break
+            except OSError:
+                continue
+    if path is None:
+        raise ToolchainError(
+            "libgomp.so.1 (GCC's OpenMP runtime) was not found; parallel CPU loops need it: "
+            "install it (Debian: apt-get install libgomp1)"
+        )
+    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    llvm.load_library_permanently(path)
+
+
+def target_machine(target: Target, opt: int = 3) -> llvm.TargetMachine:
+    """An LLVM target machine for ``target`` (position-independent code)."""
+    init_llvm()
+    try:
+        t = llvm.Target.from_triple(target.triple)
+    except RuntimeError as exc:
+        raise CodegenError(f"LLVM has no backend for {target.triple}: {exc}") from exc
+    return t.create_target_machine(cpu=target.mcpu, features=target.mattr, opt=opt, reloc="pic", codemodel="default")
+
+
+def parse_and_verify(text: str, what: str) -> llvm.ModuleRef:
+    """Parse LLVM IR text and verify it; failures raise CodegenError (never an LLVM abort)."""
+    init_llvm()
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as exc:
+        raise CodegenError(f"ember produced invalid LLVM IR for {what}: {exc}") from exc
+    return mod
+
+
+def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> None:
+    """Run LLVM's standard O``level`` pipeline on ``mod`` in place."""
+    pto = llvm.create_pipeline_tuning_options(speed_level=level)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    mpm = pb.getModulePassManager()
+    mpm.run(mod, pb)
+
+
+@dataclass
+class CompiledCPU:
+    """The result of compiling loop IR for the CPU: LLVM IR, the object file and signatures."""
+
+    llvm_ir: str
+    obj: bytes
+    functions: list[dict[str, Any]]
+    target: str
+
+
+def function_signature(func: S.PrimFunc) -> dict[str, Any]:
+    """A JSON-able description of a compiled function's parameters (for the runtime)."""
+    params = []
+    for p in func.params:
+        if isinstance(p, Buffer):
+            shape = [s.value if isinstance(s, E.IntImm) else str(s) for s in p.shape]
+            shape_vars = [[v.name for v in free_vars(s)] for s in p.shape]
+            params.append({"kind": "buffer", "name": p.name, "dtype": str(p.dtype), "shape": shape,
+                           "shape_is_var": [isinstance(s, E.Var) for s in p.shape], "shape_vars": shape_vars})
+        else:
+            params.append({"kind": "scalar", "name": p.name, "dtype": str(p.dtype)})
+    scalars = [{"name": v.name, "dtype": str(v.dtype)} for v in signature_vars(func)]
+    return {"name": func.name, "params": params, "scalars": scalars}
+
+
+def compile_cpu(funcs: list[S.PrimFunc], target: Target, module_name: str = "ember") -> CompiledCPU:
+    """Generate, verify, optimise and assemble ``funcs`` for the host CPU."""
+    cg = CodeGenCPU(target, module_name)
+    sigs = []
+    for f in funcs:
+        cg.add_function(f)
+        sigs.append(function_signature(f))
+    meta = json.dumps(sigs).encode()
+    data = ir.GlobalVariable(cg.module, ir.ArrayType(ir.IntType(8), len(meta)), "__ember_metadata")
+    data.initializer = ir.Constant(ir.ArrayType(ir.IntType(8), len(meta)), bytearray(meta))
+    data.global_constant = True
+    size = ir.GlobalVariable(cg.module, I64, "__ember_metadata_size")
+    size.initializer = ir.Constant(I64, len(meta))
+    size.global_constant = True
+    tm = target_machine(target)
+    mod = parse_and_verify(str(cg.module), module_name)
+    mod.triple = target.triple
+    mod.data_layout = str(tm.target_data)
+    optimize(mod, tm)
+    text = str(mod)
+    obj = tm.emit_object(mod)
+    return CompiledCPU(text, obj, sigs, str(target))
+
+
+def assembly(llvm_ir: str, target: Target) -> str:
+    """Assembly text for LLVM IR (parsed afresh so the cached module is never mutated)."""
+    tm = target_machine(target)
+    mod = parse_and_verify(llvm_ir, "assembly")
+    return tm.emit_assembly(mod)
+
+
+def digest(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()

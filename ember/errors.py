@@ -1,0 +1,40 @@
+"""ember's exceptions: every error a user can cause is one of these, with a message that names
+the thing at fault and how to fix it."""
+
+from __future__ import annotations
+
+
+class EmberError(Exception):
+    """Base of every error ember raises on purpose."""
+
+
+class TypeMismatchError(EmberError, TypeError):
+    """An expression combines operands whose data types cannot be combined."""
+
+
+class ScheduleError(EmberError):
+    """A schedule primitive was used in a way that cannot be honoured (names stage, axis, fix)."""
+
+
+class LoweringError(EmberError):
+    """A schedule could not be lowered to loop IR (unbound variable, bad bounds, ...)."""
+
+
+class CodegenError(EmberError):
+    """Loop IR could not be turned into valid LLVM IR, or LLVM rejected what ember produced."""
+
+
+class TargetError(EmberError, ValueError):
+    """A target string is malformed or names a target that is not supported."""
+
+
+class ToolchainError(EmberError):
+    """A tool ember needs (ld.lld, ptxas, cc, a GPU driver) is missing or too old."""
+
+
+class DeviceError(EmberError):
+    """A device (GPU driver, device index) is unavailable or a driver call failed."""
+
+
+class ArgumentError(EmberError, ValueError):
+    """A compiled function was called with an argument of the wrong shape, dtype, device or count."""

@@ -1,0 +1,182 @@
+"""Data types of the loop IR.
+
+A :class:`DataType` is a scalar kind (``float``, ``bfloat``, ``int``, ``uint``, ``bool``), a bit
+width and a lane count (``float32x8`` is a vector of eight float32). Strings and NumPy dtypes
+convert with :func:`dtype`.
+
+Type promotion (what ``a + b`` gives for two operands of different types) follows NumPy's rules
+for arrays of the same rank, with two exceptions that keep kernels in the type the user chose:
+
+* a Python ``int`` or ``float`` literal takes the type of the other operand when that type can
+  hold it (``A[i] * 2`` stays ``float16`` for a ``float16`` tensor; ``I[i] + 1.5`` becomes
+  ``float32`` for an integer tensor ``I``);
+* ``bfloat16`` combined with ``float16`` gives ``float32``; with a wider float it gives that float.
+
+Otherwise: float beats integer (an integer of up to 16 bits becomes ``float32`` when combined with
+``float16``... see :func:`promote`), the wider of two floats wins, signed and unsigned integers of
+the same width promote to the next wider signed integer (``uint64`` with a signed type gives
+``float64``, as in NumPy), and ``bool`` promotes to anything.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import TypeMismatchError
+
+_KINDS = ("bool", "int", "uint", "float", "bfloat")
+_PATTERN = re.compile(r"^(bool|int|uint|float|bfloat)(\d*)(?:x(\d+))?$")
+
+
+@dataclass(frozen=True, slots=True)
+class DataType:
+    """A scalar or vector data type: ``kind``, ``bits`` and ``lanes``."""
+
+    kind: str
+    bits: int
+    lanes: int = 1
+
+    def __str__(self) -> str:
+        base = "bool" if self.kind == "bool" else f"{self.kind}{self.bits}"
+        return base if self.lanes == 1 else f"{base}x{self.lanes}"
+
+    __repr__ = __str__
+
+    @property
+    def is_float(self) -> bool:
+        """True for float16/32/64 and bfloat16."""
+        return self.kind in ("float", "bfloat")
+
+    @property
+    def is_int(self) -> bool:
+        """True for signed and unsigned integers (not bool)."""
+        return self.kind in ("int", "uint")
+
+    @property
+    def is_signed(self) -> bool:
+        """True for signed integers and floats."""
+        return self.kind in ("int", "float", "bfloat")
+
+    @property
+    def is_bool(self) -> bool:
+        """True for the boolean type."""
+        return self.kind == "bool"
+
+    @property
+    def is_vector(self) -> bool:
+        """True when the type has more than one lane."""
+        return self.lanes > 1
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes one element takes in memory (bool takes one byte)."""
+        return max(1, self.bits // 8) * self.lanes
+
+    def element_of(self) -> DataType:
+        """The scalar type of one lane."""
+        return DataType(self.kind, self.bits, 1)
+
+    def with_lanes(self, lanes: int) -> DataType:
+        """This type with ``lanes`` lanes."""
+        return DataType(self.kind, self.bits, lanes)
+
+    def numpy(self) -> np.dtype:
+        """The NumPy dtype of one element (bfloat16 maps to uint16 storage)."""
+        if self.kind == "bool":
+            return np.dtype(np.bool_)
+        if self.kind == "bfloat":
+            return np.dtype(np.uint16)
+        return np.dtype(f"{self.kind}{self.bits}")
+
+    def max_value(self) -> float | int:
+        """Largest finite value of the type."""
+        if self.kind == "bool":
+            return 1
+        if self.kind == "bfloat":
+            return float(np.float32(3.3895314e38))
+        if self.is_float:
+            return float(np.finfo(self.numpy()).max)
+        return int(np.iinfo(self.numpy()).max)
+
+    def min_value(self) -> float | int:
+        """Smallest finite value of the type."""
+        if self.kind == "bool":
+            return 0
+        if self.is_float:
+            return -self.max_value()
+        return int(np.iinfo(self.numpy()).min)
+
+
+def dtype(value: str | DataType | np.dtype | type) -> DataType:
+    """Convert a string (``"float32"``, ``"int8x4"``), a NumPy dtype or a :class:`DataType`."""
+    if isinstance(value, DataType):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        m = _PATTERN.match(text)
+        if m is None:
+            raise TypeMismatchError(
+                f"unknown data type {value!r}: use one of float16, bfloat16, float32, float64, "
+                "int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool"
+            )
+        kind, bits, lanes = m.group(1), m.group(2), m.group(3)
+        nbits = 1 if kind == "bool" else int(bits or 0)
+        if kind != "bool" and (nbits not in (8, 16, 32, 64) or (kind == "float" and nbits == 8)):
+            raise TypeMismatchError(f"unsupported width in data type {value!r}")
+        if kind == "bfloat" and nbits != 16:
+            raise TypeMismatchError(f"bfloat only exists as bfloat16, not {value!r}")
+        return DataType(kind, nbits, int(lanes) if lanes else 1)
+    try:
+        np_dtype = np.dtype(value)
+    except TypeError as exc:
+        raise TypeMismatchError(f"cannot interpret {value!r} as a data type") from exc
+    if np_dtype == np.bool_:
+        return DataType("bool", 1)
+    if np_dtype.kind in "iuf":
+        kind = {"i": "int", "u": "uint", "f": "float"}[np_dtype.kind]
+        return DataType(kind, np_dtype.itemsize * 8)
+    raise TypeMismatchError(f"NumPy dtype {np_dtype} has no ember counterpart")
+
+
+BOOL = DataType("bool", 1)
+INT32 = DataType("int", 32)
+INT64 = DataType("int", 64)
+FLOAT32 = DataType("float", 32)
+FLOAT64 = DataType("float", 64)
+
+
+def promote(a: DataType, b: DataType) -> DataType:
+    """The type two operands of types ``a`` and ``b`` are converted to (NumPy's rules, see module doc)."""
+    lanes = max(a.lanes, b.lanes)
+    a, b = a.element_of(), b.element_of()
+    if a == b:
+        out = a
+    elif a.is_bool:
+        out = b
+    elif b.is_bool:
+        out = a
+    elif a.is_float and b.is_float:
+        if {a.kind, b.kind} == {"float", "bfloat"} and max(a.bits, b.bits) == 16:
+            out = FLOAT32
+        else:
+            wide = a if a.bits > b.bits else b
+            out = wide if wide.bits > 16 or a.kind == b.kind else FLOAT32
+    elif a.is_float or b.is_float:
+        f, i = (a, b) if a.is_float else (b, a)
+        # NumPy: int8/uint8 with float16 -> float16, int16 -> float32, int32/64 -> float64.
+        need = {8: 16, 16: 32, 32: 64, 64: 64}[i.bits]
+        out = f if f.bits >= need and f.kind == "float" else DataType("float", max(need, 32 if f.kind == "bfloat" else f.bits))
+    elif a.kind == b.kind:
+        out = a if a.bits >= b.bits else b
+    else:
+        s, u = (a, b) if a.kind == "int" else (b, a)
+        if s.bits > u.bits:
+            out = s
+        elif u.bits == 64:
+            out = FLOAT64
+        else:
+            out = DataType("int", u.bits * 2)
+    return out.with_lanes(lanes)

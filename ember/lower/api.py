@@ -1,0 +1,79 @@
+"""``ember.lower``: a schedule and its arguments to a :class:`~ember.ir.PrimFunc`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import LoweringError
+from ..ir import expr as E
+from ..ir import stmt as S
+from ..ir.buffer import Buffer
+from ..ir.visitor import free_vars
+from ..te.schedule import Schedule
+from ..te.tensor import Tensor
+from .flatten import flatten_storage
+from .loops import unroll_loops, vectorize_loops
+from .schedule_ops import schedule_to_stmt
+from .simplify_stmt import simplify_stmt
+
+
+def lower(schedule: Schedule, args: Sequence[Tensor | E.Var], name: str = "main") -> S.PrimFunc:
+    """Lower ``schedule`` to a function taking ``args`` (tensors, and scalar vars) in order.
+
+    Runs schedule lowering (bound inference, loop nests), storage flattening, simplification,
+    unrolling and vectorization. Raises :class:`~ember.errors.LoweringError` when an input or
+    output tensor is missing from ``args`` or a variable is used but bound by nothing."""
+    if not isinstance(schedule, Schedule):
+        raise LoweringError(f"lower: expected a schedule from te.create_schedule, got {type(schedule).__name__}")
+    if not name.isidentifier():
+        raise LoweringError(f"lower: the function name {name!r} is not a valid identifier")
+    stmt, low = schedule_to_stmt(schedule)
+    params: list[Buffer | E.Var] = []
+    arg_buffers = {}
+    seen_names: set[str] = set()
+    for k, a in enumerate(args):
+        if isinstance(a, Tensor):
+            key = low.key(a)
+            if key in arg_buffers:
+                raise LoweringError(f"argument {k} ({a.name}) is passed twice")
+            bname = a.name if a.name not in seen_names else f"{a.name}_{k}"
+            seen_names.add(bname)
+            buf = Buffer(bname, a.dtype, tuple(a.shape), (), "global")
+            arg_buffers[key] = buf
+            params.append(buf)
+        elif isinstance(a, E.Var):
+            params.append(a)
+        else:
+            raise LoweringError(f"argument {k} of {name} is {a!r}: pass tensors (placeholders, computes) or te.var sizes")
+    for st in schedule.stages:
+        if st.is_output:
+            for k in range(st.op.num_outputs):
+                if (st, k) not in arg_buffers:
+                    raise LoweringError(
+                        f"output {st.op.output(k).name} is not in the argument list of {name}; add it to args"
+                    )
+    body = flatten_storage(stmt, low, arg_buffers)
+    body = simplify_stmt(body)
+    body = unroll_loops(body)
+    body = vectorize_loops(body)
+    body = simplify_stmt(body)
+    _check_bound(body, params, name)
+    return S.PrimFunc(name, params, body, {})
+
+
+def _check_bound(body: S.Stmt, params: list[Buffer | E.Var], name: str) -> None:
+    known: set[E.Var] = set()
+    for p in params:
+        if isinstance(p, Buffer):
+            known.add(p.data)
+            for s in p.shape:
+                known.update(v for v in free_vars(s))
+        else:
+            known.add(p)
+    for v in free_vars(body):
+        if v not in known:
+            raise LoweringError(
+                f"variable {v.name} is used in {name} but bound by nothing: it is not a loop, not a dimension "
+                "of an argument's shape and not passed as an argument; add it to the argument list"
+            )
