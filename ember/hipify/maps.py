@@ -62,6 +62,9 @@ class Maps:
         self.includes: dict[str, str] = {}
         self.includes_unsupported: dict[str, str] = {}
         self.info: list[TableInfo] = []
+        self.prop_structs: set[str] = set()  # struct names whose member accesses are checked
+        self.prop_members: dict[str, str] = {}  # cudaDeviceProp field -> hipDeviceProp_t field
+        self.prop_missing: dict[str, str] = {}  # cudaDeviceProp field -> alternative
         for name in TABLES:
             data = _load(name)
             for cuda, hip in data.get("map", {}).items():
@@ -74,6 +77,10 @@ class Maps:
                 for cuda, alt in data.get("unsupported", {}).items():
                     if cuda not in self.names:
                         self.unsupported.setdefault(cuda, (name, alt))
+            if "struct_members" in data:
+                self.prop_structs.update(data["struct_members"]["struct"])
+                self.prop_members.update(data["struct_members"]["map"])
+                self.prop_missing.update(data["struct_members"]["unsupported"])
             self.same.update(data.get("same", []))
             self.rewrite.update(data.get("rewrite", {}))
             mapped = len(data.get("map", {})) + len(data.get("rewrite", {})) + len(data.get("members", []))

@@ -13,7 +13,7 @@ from .lint import lint
 from .maps import CUDA_LIKE, Maps, load_maps
 from .result import Reference, Result
 from .syntax import is_punct, next_sig, prev_sig, split_args, strip_range, text_at
-from .tokenizer import HEADER, IDENT, PUNCT, STRING, TRIVIA, Token, tokenize
+from .tokenizer import HEADER, IDENT, PUNCT, STRING, TRIVIA, WS, Token, tokenize
 
 LAUNCH_SYNTAXES = ("keep", "ggl")
 _NOT_A_TYPE = frozenset({
@@ -44,10 +44,13 @@ def translate(
     out = [t.text for t in tokens]
     result = Result(path=path, source=source, output=source)
     declared = local_declarations(tokens) | set(local_names or ())
+    uses_prop = any(t.kind == IDENT and t.text in maps.prop_structs for t in tokens)
     for i, tok in enumerate(tokens):
         if tok.kind == HEADER or (tok.kind == STRING and _is_include_operand(tokens, i)):
             _include(tokens, i, out, maps, result)
         elif tok.kind == IDENT:
+            if uses_prop and _device_prop_member(tokens, i, out, maps, result):
+                continue
             _identifier(tokens, i, out, maps, declared, result)
     for launch in find_launches(tokens):
         name = "".join(t.text for t in tokens[launch.name[0]:launch.name[1]]).strip()
@@ -57,7 +60,12 @@ def translate(
             for k in range(launch.name[0] + 1, launch.paren_close + 1):
                 out[k] = ""
             result.converted.append(Reference(launch.line, name, "launch", "hipLaunchKernelGGL"))
-        else:
+        else:  # hipcc rejects the spaced '<< <' / '>> >' form that nvcc accepts: close it up
+            for k in list(range(launch.chevron_open, launch.chevron_open + 5)) + list(
+                    range(launch.chevron_close - 4, launch.chevron_close)):
+                if tokens[k].kind == WS and launch.chevron_open <= k <= launch.chevron_close:
+                    if _between_chevrons(tokens, k):
+                        out[k] = ""
             result.converted.append(Reference(launch.line, name, "launch", "<<<...>>>"))
     result.converted.sort(key=lambda r: r.line)
     result.unconverted.sort(key=lambda r: r.line)
@@ -65,6 +73,12 @@ def translate(
     result.warnings = lint(tokens, maps)
     result.lines_total, result.lines_changed = _line_counts(source, result.output)
     return result
+
+
+def _between_chevrons(tokens: list[Token], k: int) -> bool:
+    """Whether the whitespace token ``k`` separates two '<' or two '>' of a launch's chevrons."""
+    left, right = tokens[k - 1].text, tokens[k + 1].text if k + 1 < len(tokens) else ""
+    return left == right and left in ("<", ">") and tokens[k - 1].kind == PUNCT and tokens[k + 1].kind == PUNCT
 
 
 def _line_counts(source: str, output: str) -> tuple[int, int]:
@@ -138,6 +152,23 @@ def _identifier(
         result.unconverted.append(Reference(tok.line, name, miss[0], None, miss[1]))
     elif CUDA_LIKE.match(name):
         result.unconverted.append(Reference(tok.line, name, "unknown", None, ""))
+
+
+def _device_prop_member(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Result) -> bool:
+    """``prop.field`` for a cudaDeviceProp field that hipDeviceProp_t names differently or lacks."""
+    tok = tokens[i]
+    prev = prev_sig(tokens, i)
+    if not (is_punct(tokens, prev, ".") or is_punct(tokens, prev, "->")):
+        return False
+    if tok.text in maps.prop_members:
+        out[i] = maps.prop_members[tok.text]
+        result.converted.append(Reference(tok.line, f"cudaDeviceProp::{tok.text}", "types", out[i]))
+        return True
+    if tok.text in maps.prop_missing:
+        result.unconverted.append(Reference(tok.line, f"cudaDeviceProp::{tok.text}", "types", None,
+                                            maps.prop_missing[tok.text]))
+        return True
+    return False
 
 
 def _cub(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Result) -> None:

@@ -841,7 +841,7 @@ def runtime_tables(cuda_rt: set[str], cuda_funcs: set[str]) -> tuple[dict, dict]
                 types["map"][name] = hipname
     types["map"]["__CUDACC__"] = "__HIPCC__"
     types["map"]["__NVCC__"] = "__HIPCC__"
-    types["map"]["CUDART_CB"] = "HIPRT_CB"
+    types["map"]["CUDART_CB"] = ""  # empty on Linux; HIP 5.2 has no HIPRT_CB for AMD
     types["unsupported"]["CUDART_VERSION"] = "HIP_VERSION (a different numbering)"
     types["unsupported"]["CUDA_VERSION"] = "HIP_VERSION (a different numbering)"
     types["unsupported"]["__CUDACC_VER_MAJOR__"] = "HIP_VERSION_MAJOR (a different numbering)"
@@ -854,6 +854,36 @@ def runtime_tables(cuda_rt: set[str], cuda_funcs: set[str]) -> tuple[dict, dict]
         if name.startswith("CUDART_") and name != "CUDART_VERSION" and not name.endswith("_H__"):
             types["unsupported"][name] = "HIPRT_" + name[7:] + " (hip/hip_math_constants.h, HIP >= 5.5)"
     return funcs, types
+
+
+def _struct_fields(path: Path, start: str, end: str) -> set[str]:
+    """Field names of a struct in a header, by the text between ``start`` and ``end``."""
+    if not path.exists():
+        return set()
+    text = path.read_text(errors="replace")
+    i = text.index(start)
+    body = text[i:text.index(end, i)]
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    body = re.sub(r"//.*", "", body)
+    return set(re.findall(r"(\w+)\s*(?:\[[^\]]*\])*\s*;", body))
+
+
+PROP_RENAMED = {
+    "sharedMemPerMultiprocessor": "maxSharedMemoryPerMultiProcessor",
+}
+
+
+def device_prop_members() -> dict:
+    """cudaDeviceProp fields that hipDeviceProp_t lacks (or names differently)."""
+    cuda = _struct_fields(CUDA_INC / "driver_types.h", "struct __device_builtin__ cudaDeviceProp", "};")
+    hip = _struct_fields(HIP_INC / "hip_runtime_api.h", "typedef struct hipDeviceProp_t", "} hipDeviceProp_t;")
+    attr_ci = ci_lookup({n for n in HIP if n.startswith("hipDeviceAttribute")})
+    renamed = {k: v for k, v in PROP_RENAMED.items() if v in hip}
+    missing = {}
+    for f in sorted(cuda - hip - set(renamed) - {"reserved"}):
+        attr = attr_ci.get(("hipDeviceAttribute" + f).lower())
+        missing[f] = f"hipDeviceGetAttribute(&v, {attr}, dev)" if attr else "none in HIP 5.2"
+    return {"struct": ["cudaDeviceProp", "hipDeviceProp_t"], "map": renamed, "unsupported": missing}
 
 
 def driver_table(cuda_drv: set[str], cuda_funcs: set[str]) -> dict:
@@ -966,6 +996,7 @@ def main() -> None:
     cuda_funcs = functions(RT_HEADERS)
     funcs, types = runtime_tables(cuda_rt, cuda_funcs)
     write("runtime", "CUDA runtime API", funcs, "hip")
+    types["struct_members"] = device_prop_members()
     write("types", "CUDA types, enums and macros", types, "hip")
     drv_headers = [CUDA_INC / "cuda.h", CUDA_INC / "cudaProfiler.h"]
     write("driver", "CUDA driver API and NVRTC", driver_table(idents(drv_headers), functions(drv_headers)), "hip")

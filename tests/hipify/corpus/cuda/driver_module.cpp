@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   std::printf("%d device(s); %s, major %d, %d SMs\n", count, name, major, sms);
 
   CUcontext ctx;
-  CU_CHECK(cuCtxCreate(&ctx, 0, dev));
+  CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU_CHECK(cuCtxSetCurrent(ctx));
   CUmodule module;
   CU_CHECK(cuModuleLoad(&module, path));
   CUfunction kernel;
@@ -56,6 +57,6 @@ int main(int argc, char** argv) {
   CU_CHECK(cuMemFree(dc));
   CU_CHECK(cuStreamDestroy(stream));
   CU_CHECK(cuModuleUnload(module));
-  CU_CHECK(cuCtxDestroy(ctx));
+  CU_CHECK(cuDevicePrimaryCtxRelease(dev));
   return 0;
 }

@@ -33,8 +33,8 @@ int main() {
 
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
-  printf("%s: %d SMs, warp size %d, async engines %d\n", prop.name, prop.multiProcessorCount, prop.warpSize,
-         prop.asyncEngineCount);
+  printf("%s: %d SMs, warp size %d, concurrent kernels %d\n", prop.name, prop.multiProcessorCount, prop.warpSize,
+         prop.concurrentKernels);
 
   cudaEventRecord(start, 0);
   for (int s = 0; s < kStreams; ++s) {
