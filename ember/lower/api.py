@@ -14,6 +14,7 @@ from ..te.schedule import Schedule
 from ..te.tensor import Tensor
 from .flatten import flatten_storage
 from .loops import unroll_loops, vectorize_loops
+from .partition import partition_loops
 from .schedule_ops import schedule_to_stmt
 from .simplify_stmt import simplify_stmt
 
@@ -55,6 +56,7 @@ def lower(schedule: Schedule, args: Sequence[Tensor | E.Var], name: str = "main"
                     )
     body = flatten_storage(stmt, low, arg_buffers)
     body = simplify_stmt(body)
+    body = simplify_stmt(partition_loops(body))
     body = unroll_loops(body)
     body = vectorize_loops(body)
     body = simplify_stmt(body)

@@ -1,0 +1,84 @@
+"""Shared helpers for benchmarks: timing, machine description, JSON results and tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 7, min_time: float = 0.2) -> dict[str, float]:
+    """Run ``fn`` once to warm up, then ``repeat`` timed rounds (each long enough to measure);
+    returns best and median seconds per call."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-7)
+    inner = max(1, int(min_time / one / repeat))
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - t0) / inner)
+    return {"best_s": min(times), "median_s": statistics.median(times)}
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], rounds: int = 9, min_time: float = 0.1) -> dict[str, float]:
+    """Best seconds per call of each function, timing them in alternating rounds so that a
+    noisy machine (other processes, frequency changes) affects all of them alike."""
+    inner: dict[str, int] = {}
+    for name, fn in fns.items():
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        inner[name] = max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
+    best = {name: float("inf") for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(inner[name]):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t0) / inner[name])
+    return best
+
+
+def machine() -> dict[str, Any]:
+    """A description of the machine the benchmark ran on."""
+    from ember.target import Target
+
+    t = Target("llvm")
+    return {"cpu": t.mcpu, "vector_bits": t.vector_bits, "threads": t.num_threads, "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to ``benchmarks/results/<name>.json``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), **payload}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """A plain-text table of ``rows``."""
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[k]) for row in cells)) for k, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def set_threads(n: int) -> None:
+    """Ask OpenBLAS, OpenMP and MKL for ``n`` threads (call before importing numpy)."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)
