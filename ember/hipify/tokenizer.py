@@ -50,7 +50,7 @@ _PUNCTS = sorted(
 # '<' and '>' are kept single so that '<<<' / '>>>' and template brackets are easy to match.
 _MULTI = [p for p in _PUNCTS if "<" not in p and ">" not in p or p in ("->", "->*", "<=", ">=", "<=>")]
 
-_WS_RE = re.compile(r"(?:[ \t\f\v]|\\\r?\n|\\\r)+")
+_WS_RE = re.compile(r"(?:[ \t\f\v\ufeff]|\\\r?\n|\\\r)+")
 _IDENT_RE = re.compile(r"[A-Za-z_$\u0080-\U0010ffff][A-Za-z0-9_$\u0080-\U0010ffff]*")
 _NUMBER_RE = re.compile(r"\.?[0-9](?:[eEpP][+-]|'[A-Za-z0-9_]|[A-Za-z0-9_.])*")
 _STRING_PREFIXES = frozenset({"L", "u", "U", "u8"})
