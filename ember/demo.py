@@ -26,14 +26,16 @@ def vector_add_schedule(block: int = 64) -> tuple[te.Schedule, list[te.Tensor]]:
 
 
 def gemm_schedule(M: int, N: int, K: int, target: Target | None = None) -> tuple[te.Schedule, list[te.Tensor]]:
-    """An fp32 GEMM ``C = A @ B`` scheduled for the CPU: B packed into column panels, a
-    register tile of ``mr x nr`` accumulated in a local cache, the reduction blocked for the
-    caches, vectorized over the panel width and parallel over row blocks."""
+    """An fp32 GEMM ``C = A @ B`` scheduled for the CPU: B packed into column panels of ``nr``
+    columns, a register tile of ``mr x nr`` accumulated in a local cache, the reduction blocked
+    by ``kc`` for the L1 cache, groups of ``jb`` panels kept in L2 while every row block passes
+    over them, vectorized over the panel width and parallel over row blocks."""
     target = target or Target("llvm")
     lanes = target.vector_lanes(32)
     nr = 2 * lanes  # two vector registers wide
     mr = 6 if lanes >= 16 else 4
     kc = 256
+    jb = 4
     A = te.placeholder((M, K), name="A")
     B = te.placeholder((K, N), name="B")
     # Pack B into [N / nr, K, nr] panels so the inner kernel reads it contiguously.
@@ -45,8 +47,10 @@ def gemm_schedule(M: int, N: int, K: int, target: Target | None = None) -> tuple
     s = te.create_schedule(C.op)
     CC = s.cache_write(C, "local")
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
+    jo_group, jo_in = s[C].split(jo, factor=jb)
+    s[C].reorder(jo_group, io, jo_in, ii, ji)
     s[C].vectorize(ji)
-    s[CC].compute_at(s[C], jo)
+    s[CC].compute_at(s[C], jo_in)
     ci, cj = s[CC].op.axis
     (ck,) = s[CC].op.reduce_axis
     ko, ki = s[CC].split(ck, factor=kc)
