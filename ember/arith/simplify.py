@@ -90,6 +90,7 @@ class _Simplifier(Mutator):
             v = _wrap(_FOLD_INT[type(e)](a.value, b.value), e.dtype)
             if v is not None:
                 return E.IntImm(e.dtype, v)
+            return e if (a is e.a and b is e.b) else type(e)(a, b, e.dtype)  # overflows: keep it
         if isinstance(a, E.FloatImm) and isinstance(b, E.FloatImm):
             return E.FloatImm(e.dtype, _FOLD_INT[type(e)](a.value, b.value))
         if self._int_scalar(e):
@@ -98,7 +99,10 @@ class _Simplifier(Mutator):
                     return E.IntImm(e.dtype, 0)
                 return type(e)(a, b, e.dtype) if (a is not e.a or b is not e.b) else e
             node = type(e)(a, b, e.dtype)
-            return self.rebuild(self.linear(node))
+            lin = self.linear(node)
+            if _wrap(lin.const, e.dtype) is None or any(_wrap(c, e.dtype) is None for _, c in lin.terms.values()):
+                return node  # a coefficient out of the type's range: folding would change overflow
+            return self.rebuild(lin)
         if e.dtype.is_float:
             # Only exact identities for floats: x + 0, x * 1, x - 0.
             if isinstance(e, E.Add) and _is_zero(b):

@@ -464,6 +464,11 @@ def _unify(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr, DataType]:
     else:
         a, b = convert(a), convert(b)
     t = promote(a.dtype, b.dtype)
+    # A Python float literal with an integer operand gives float32, whatever the integer's width
+    # (module doc of ember.ir.dtype), not NumPy's float64 for 32- and 64-bit integers.
+    lit_float = (not a_is_expr and isinstance(a, FloatImm)) or (not b_is_expr and isinstance(b, FloatImm))
+    if lit_float and a_is_expr != b_is_expr and not (a.dtype.is_float and b.dtype.is_float):
+        t = FLOAT32.with_lanes(t.lanes)
     return _lanes_cast(a, t), _lanes_cast(b, t), t
 
 
