@@ -83,6 +83,11 @@ class DataType:
         """This type with ``lanes`` lanes."""
         return DataType(self.kind, self.bits, lanes)
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype, so ``np_array.astype(A.dtype)`` works as in the walkthrough."""
+        return self.numpy()
+
     def numpy(self) -> np.dtype:
         """The NumPy dtype of one element (bfloat16 maps to uint16 storage)."""
         if self.kind == "bool":
