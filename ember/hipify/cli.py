@@ -18,8 +18,8 @@ from .files import Source, backup, collect, read_source, write_text
 from .maps import table_sizes
 from .result import Result
 from .stats import format_text, summarize
-from .translate import LAUNCH_SYNTAXES, local_declarations, translate
 from .tokenizer import tokenize
+from .translate import LAUNCH_SYNTAXES, local_declarations, translate
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_STRICT = 0, 1, 2, 3
 
@@ -33,19 +33,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("inputs", nargs="*", help="source files or directories (.cu .cuh .h .hpp .cpp .cc .c)")
     out = p.add_mutually_exclusive_group()
-    out.add_argument("-o", "--output", help="output file (one input file) or directory (mirrors the input tree)")
+    out.add_argument(
+        "-o", "--output", help="output file (one input file) or directory (mirrors the input tree)"
+    )
     out.add_argument("--suffix", help="write each result beside its input, named input + SUFFIX (e.g. .hip)")
     out.add_argument("--inplace", action="store_true", help="rewrite the inputs, keeping a backup of each")
     out.add_argument("--dry-run", action="store_true", help="print a unified diff and write nothing")
-    p.add_argument("--backup-suffix", default=".orig", help="backup name suffix for --inplace (default .orig)")
-    p.add_argument("--launch-syntax", choices=LAUNCH_SYNTAXES, default="keep",
-                   help="keep <<<...>>> launches (default) or rewrite them to hipLaunchKernelGGL")
-    p.add_argument("--print-stats", action="store_true", help="print conversion statistics per file and in total")
-    p.add_argument("--stats-json", metavar="FILE", help="write the statistics as JSON to FILE ('-' for stdout)")
-    p.add_argument("--strict", action="store_true", help="exit with status 3 when anything was left unconverted")
+    p.add_argument(
+        "--backup-suffix", default=".orig", help="backup name suffix for --inplace (default .orig)"
+    )
+    p.add_argument(
+        "--launch-syntax",
+        choices=LAUNCH_SYNTAXES,
+        default="keep",
+        help="keep <<<...>>> launches (default) or rewrite them to hipLaunchKernelGGL",
+    )
+    p.add_argument(
+        "--print-stats", action="store_true", help="print conversion statistics per file and in total"
+    )
+    p.add_argument(
+        "--stats-json", metavar="FILE", help="write the statistics as JSON to FILE ('-' for stdout)"
+    )
+    p.add_argument(
+        "--strict", action="store_true", help="exit with status 3 when anything was left unconverted"
+    )
     p.add_argument("--no-lint", action="store_true", help="do not print portability warnings")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
-    p.add_argument("--list-maps", action="store_true", help="print the mapping tables and their sizes, then exit")
+    p.add_argument(
+        "--list-maps", action="store_true", help="print the mapping tables and their sizes, then exit"
+    )
     return p
 
 
@@ -54,7 +70,9 @@ def list_maps(stream: TextIO) -> None:
     infos = table_sizes()
     stream.write(f"{'table':10} {'mapped':>7} {'unsupported':>12}  title\n")
     for info in infos:
-        checked = f" (checked against installed {info.verified_against} headers)" if info.verified_against else ""
+        checked = (
+            f" (checked against installed {info.verified_against} headers)" if info.verified_against else ""
+        )
         stream.write(f"{info.name:10} {info.mapped:7d} {info.unsupported:12d}  {info.title}{checked}\n")
     stream.write(f"{'total':10} {sum(i.mapped for i in infos):7d} {sum(i.unsupported for i in infos):12d}\n")
 
@@ -63,7 +81,9 @@ def _report(result: Result, stream: TextIO, lint: bool) -> None:
     """Unconverted references and lint warnings of one file, compiler-style."""
     for ref in result.unconverted:
         alt = f"; nearest HIP alternative: {ref.alternative}" if ref.alternative else ""
-        stream.write(f"{result.path}:{ref.line}: unconverted: {ref.name} ({ref.kind}) is not supported by HIP{alt}\n")
+        stream.write(
+            f"{result.path}:{ref.line}: unconverted: {ref.name} ({ref.kind}) is not supported by HIP{alt}\n"
+        )
     if lint:
         for w in result.warnings:
             stream.write(f"{result.path}:{w.line}: warning: [{w.rule}] {w.message}; fix: {w.fix}\n")
@@ -94,14 +114,18 @@ def main(argv: list[str] | None = None) -> int:
         stderr.write("ember hipify: no input given; pass CUDA files or directories (or --list-maps)\n")
         return EXIT_USAGE
     if args.suffix is not None and not args.suffix.strip():
-        stderr.write("ember hipify: --suffix must not be empty (it would overwrite the input); use --inplace\n")
+        stderr.write(
+            "ember hipify: --suffix must not be empty (it would overwrite the input); use --inplace\n"
+        )
         return EXIT_USAGE
     sources, errors = collect(args.inputs)
     single = len(sources) == 1 and len(args.inputs) == 1 and Path(args.inputs[0]).is_file()
     to_stdout = not (args.inplace or args.suffix or args.output or args.dry_run)
     if to_stdout and not single and sources:
-        stderr.write("ember hipify: several files to translate; choose -o DIR, --suffix SUFFIX, --inplace or "
-                     "--dry-run\n")
+        stderr.write(
+            "ember hipify: several files to translate; choose -o DIR, --suffix SUFFIX, --inplace or "
+            "--dry-run\n"
+        )
         return EXIT_USAGE
     inputs = {s.path.resolve() for s in sources}
     texts: dict[Path, str] = {}
@@ -154,22 +178,29 @@ def main(argv: list[str] | None = None) -> int:
     if errors:
         return EXIT_INPUT
     if args.strict and summary["total"]["unconverted"]:
-        stderr.write(f"ember hipify: --strict: {summary['total']['unconverted']} CUDA reference(s) left "
-                     "unconverted\n")
+        stderr.write(
+            f"ember hipify: --strict: {summary['total']['unconverted']} CUDA reference(s) left unconverted\n"
+        )
         return EXIT_STRICT
     return EXIT_OK
 
 
-def _emit(src: Source, result: Result, args: argparse.Namespace, single: bool, inputs: set[Path],
-          stdout: TextIO) -> None:
+def _emit(
+    src: Source, result: Result, args: argparse.Namespace, single: bool, inputs: set[Path], stdout: TextIO
+) -> None:
     """Write, print or diff one translated file."""
     if args.dry_run:
         if result.changed:
-            diff = difflib.unified_diff(result.source.splitlines(keepends=True),
-                                        result.output.splitlines(keepends=True),
-                                        fromfile=f"a/{src.path}", tofile=f"b/{src.path}")
+            diff = difflib.unified_diff(
+                result.source.splitlines(keepends=True),
+                result.output.splitlines(keepends=True),
+                fromfile=f"a/{src.path}",
+                tofile=f"b/{src.path}",
+            )
             for line in diff:
-                stdout.write(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
+                stdout.write(
+                    line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
+                )
         return
     dest = _destination(src, args, single)
     if dest is None:
@@ -181,8 +212,10 @@ def _emit(src: Source, result: Result, args: argparse.Namespace, single: bool, i
             write_text(src.path, result.output)
         return
     if dest.resolve() in inputs:
-        raise HipifyError(f"{dest}: the output would overwrite an input file; use --inplace to rewrite inputs "
-                          "(a backup is kept) or choose another output path")
+        raise HipifyError(
+            f"{dest}: the output would overwrite an input file; use --inplace to rewrite inputs "
+            "(a backup is kept) or choose another output path"
+        )
     write_text(dest, result.output)
 
 

@@ -28,18 +28,47 @@ _LANE_WORDS = re.compile(r"lane|warp|tid|thread|blockDim", re.IGNORECASE)
 _WARP_CONST = re.compile(r"warp_?size|warpsz|warp_sz|threads_?per_?warp|warp_threads|kwarp", re.IGNORECASE)
 _FULL_MASK = re.compile(r"^(?:0x[fF]{8}[uUlL]*|~0[uU]?|\(\s*unsigned(?:\s+int)?\s*\)\s*-1|0xFFFFFFFF[uU]?)$")
 _MASK_NAME = re.compile(r"full_?mask|final_?mask|all_?mask|warp_?mask", re.IGNORECASE)
-_MASKED = frozenset({
-    "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync", "__any_sync",
-    "__all_sync", "__syncwarp", "__match_any_sync", "__match_all_sync", "__reduce_add_sync",
-    "__reduce_min_sync", "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
-    "__uni_sync",
-})
-_TEX_APIS = frozenset({
-    "cudaBindTexture", "cudaBindTexture2D", "cudaBindTextureToArray", "cudaBindTextureToMipmappedArray",
-    "cudaUnbindTexture", "cudaGetTextureReference", "cudaBindSurfaceToArray", "cudaGetSurfaceReference",
-    "cuTexRefCreate", "cuTexRefSetAddress", "cuTexRefSetArray", "cuModuleGetTexRef", "cuModuleGetSurfRef",
-})
-_WARP_FIX = "use warpSize (device code) or query hipDeviceAttributeWarpSize on the host; gfx9/CDNA wavefronts are 64"
+_MASKED = frozenset(
+    {
+        "__shfl_sync",
+        "__shfl_up_sync",
+        "__shfl_down_sync",
+        "__shfl_xor_sync",
+        "__ballot_sync",
+        "__any_sync",
+        "__all_sync",
+        "__syncwarp",
+        "__match_any_sync",
+        "__match_all_sync",
+        "__reduce_add_sync",
+        "__reduce_min_sync",
+        "__reduce_max_sync",
+        "__reduce_and_sync",
+        "__reduce_or_sync",
+        "__reduce_xor_sync",
+        "__uni_sync",
+    }
+)
+_TEX_APIS = frozenset(
+    {
+        "cudaBindTexture",
+        "cudaBindTexture2D",
+        "cudaBindTextureToArray",
+        "cudaBindTextureToMipmappedArray",
+        "cudaUnbindTexture",
+        "cudaGetTextureReference",
+        "cudaBindSurfaceToArray",
+        "cudaGetSurfaceReference",
+        "cuTexRefCreate",
+        "cuTexRefSetAddress",
+        "cuTexRefSetArray",
+        "cuModuleGetTexRef",
+        "cuModuleGetSurfRef",
+    }
+)
+_WARP_FIX = (
+    "use warpSize (device code) or query hipDeviceAttributeWarpSize on the host; gfx9/CDNA wavefronts are 64"
+)
 
 
 def lint(tokens: list[Token], maps: Maps) -> list[LintWarning]:
@@ -55,9 +84,14 @@ def lint(tokens: list[Token], maps: Maps) -> list[LintWarning]:
             header = t.text[1:-1].strip()
             alt = maps.include_alternative(header)
             if alt is not None:
-                found.append(LintWarning(t.line, "cuda-only-library",
-                                         f"#include <{header}>: a CUDA library with no HIP counterpart",
-                                         f"port to {alt}" if alt and alt != "none" else "remove or guard the code"))
+                found.append(
+                    LintWarning(
+                        t.line,
+                        "cuda-only-library",
+                        f"#include <{header}>: a CUDA library with no HIP counterpart",
+                        f"port to {alt}" if alt and alt != "none" else "remove or guard the code",
+                    )
+                )
     uniq = {(w.line, w.rule, w.message): w for w in found}
     return sorted(uniq.values(), key=lambda w: (w.line, w.rule))
 
@@ -119,7 +153,9 @@ def _warp_number(tokens: list[Token], i: int, found: list[LintWarning]) -> None:
     words = _statement_words(tokens, i)
     if any(_LANE_WORDS.search(w) for w in words):
         expr = f"{ptxt if not shift else ptxt * 2} {tokens[i].text}" if p >= 0 else tokens[i].text
-        found.append(LintWarning(line, "warp-size", f"'{expr.strip()}' assumes 32 threads per warp", _WARP_FIX))
+        found.append(
+            LintWarning(line, "warp-size", f"'{expr.strip()}' assumes 32 threads per warp", _WARP_FIX)
+        )
 
 
 def _shfl_loop(tokens: list[Token], i: int, found: list[LintWarning]) -> None:
@@ -144,13 +180,20 @@ def _shfl_loop(tokens: list[Token], i: int, found: list[LintWarning]) -> None:
     end = match_forward(tokens, body) if is_punct(tokens, body, "{") else body
     while end < len(tokens) and not is_punct(tokens, end, ";") and not is_punct(tokens, body, "{"):
         end += 1
-    if any(t.kind == IDENT and t.text.startswith("__shfl") for t in tokens[body:end + 1]):
-        found.append(LintWarning(tokens[i].line, "warp-size",
-                                 "shuffle reduction starts at offset 16: it reduces 32 lanes, not a 64-wide wavefront",
-                                 "start at warpSize / 2 (for (int off = warpSize / 2; off > 0; off /= 2))"))
+    if any(t.kind == IDENT and t.text.startswith("__shfl") for t in tokens[body : end + 1]):
+        found.append(
+            LintWarning(
+                tokens[i].line,
+                "warp-size",
+                "shuffle reduction starts at offset 16: it reduces 32 lanes, not a 64-wide wavefront",
+                "start at warpSize / 2 (for (int off = warpSize / 2; off > 0; off /= 2))",
+            )
+        )
 
 
-def _ident_rules(tokens: list[Token], i: int, maps: Maps, found: list[LintWarning], seen_libs: set[str]) -> None:
+def _ident_rules(
+    tokens: list[Token], i: int, maps: Maps, found: list[LintWarning], seen_libs: set[str]
+) -> None:
     """Rules triggered by an identifier."""
     t = tokens[i]
     name = t.text
@@ -163,13 +206,25 @@ def _ident_rules(tokens: list[Token], i: int, maps: Maps, found: list[LintWarnin
                 a, b = strip_range(tokens, *args[0])
                 mask = "".join(x.text for x in tokens[a:b] if x.kind not in TRIVIA or x.kind == "ws")
                 if _FULL_MASK.match(mask) or _MASK_NAME.search(mask):
-                    found.append(LintWarning(
-                        line, "full-mask", f"32-bit full mask '{mask}' passed to {name}: a wavefront has 64 lanes",
-                        "hipify drops the mask (HIP's __shfl/__ballot act on the whole wavefront); with HIP >= 6.2 "
-                        "*_sync intrinsics pass a 64-bit mask such as __activemask()"))
+                    found.append(
+                        LintWarning(
+                            line,
+                            "full-mask",
+                            f"32-bit full mask '{mask}' passed to {name}: a wavefront has 64 lanes",
+                            "hipify drops the mask (HIP's __shfl/__ballot act on the whole wavefront); "
+                            "with HIP >= 6.2 "
+                            "*_sync intrinsics pass a 64-bit mask such as __activemask()",
+                        )
+                    )
     if name in ("__ballot_sync", "__activemask", "__ballot"):
-        found.append(LintWarning(line, "ballot-64", f"{name} returns a 64-bit mask on AMD GPUs",
-                                 "keep the result in unsigned long long / uint64_t and count bits with __popcll"))
+        found.append(
+            LintWarning(
+                line,
+                "ballot-64",
+                f"{name} returns a 64-bit mask on AMD GPUs",
+                "keep the result in unsigned long long / uint64_t and count bits with __popcll",
+            )
+        )
     elif name in ("asm", "__asm__", "__asm"):
         nxt = next_sig(tokens, i)
         if text_at(tokens, nxt) in ("(", "volatile", "__volatile__", "goto"):
@@ -180,23 +235,50 @@ def _ident_rules(tokens: list[Token], i: int, maps: Maps, found: list[LintWarnin
                     snippet = tokens[j].text[:40]
                     break
                 j = next_sig(tokens, j)
-            found.append(LintWarning(line, "inline-asm", f"inline PTX {snippet} will not assemble for AMD GPUs",
-                                     "replace with a HIP intrinsic or an __builtin_amdgcn_* builtin"))
+            found.append(
+                LintWarning(
+                    line,
+                    "inline-asm",
+                    f"inline PTX {snippet} will not assemble for AMD GPUs",
+                    "replace with a HIP intrinsic or an __builtin_amdgcn_* builtin",
+                )
+            )
     elif name in ("texture", "surface") and is_punct(tokens, next_sig(tokens, i), "<"):
-        found.append(LintWarning(line, "texture-reference", f"{name} reference: deprecated in HIP, removed in HIP 6",
-                                 "use texture objects (hipTextureObject_t with hipCreateTextureObject)"))
+        found.append(
+            LintWarning(
+                line,
+                "texture-reference",
+                f"{name} reference: deprecated in HIP, removed in HIP 6",
+                "use texture objects (hipTextureObject_t with hipCreateTextureObject)",
+            )
+        )
     elif name in _TEX_APIS:
-        found.append(LintWarning(line, "texture-reference", f"{name} binds a texture/surface reference",
-                                 "use texture objects (hipCreateTextureObject / hipCreateSurfaceObject)"))
+        found.append(
+            LintWarning(
+                line,
+                "texture-reference",
+                f"{name} binds a texture/surface reference",
+                "use texture objects (hipCreateTextureObject / hipCreateSurfaceObject)",
+            )
+        )
     elif name == "__launch_bounds__":
         _launch_bounds(tokens, i, found)
     elif name not in seen_libs:
         for prefix, alt in CUDA_ONLY_PREFIXES.items():
-            if name.startswith(prefix) and len(name) > len(prefix) and (name[len(prefix)].isupper()
-                                                                       or name[len(prefix)] == "_"):
+            if (
+                name.startswith(prefix)
+                and len(name) > len(prefix)
+                and (name[len(prefix)].isupper() or name[len(prefix)] == "_")
+            ):
                 seen_libs.add(name)
-                found.append(LintWarning(line, "cuda-only-library",
-                                         f"{name} belongs to a CUDA-only library ({prefix})", f"port to {alt}"))
+                found.append(
+                    LintWarning(
+                        line,
+                        "cuda-only-library",
+                        f"{name} belongs to a CUDA-only library ({prefix})",
+                        f"port to {alt}",
+                    )
+                )
                 break
 
 
@@ -220,14 +302,24 @@ def _launch_bounds(tokens: list[Token], i: int, found: list[LintWarning]) -> Non
     if not args:
         return
     line = tokens[i].line
-    first = "".join(t.text for t in tokens[args[0][0]:args[0][1]])
+    first = "".join(t.text for t in tokens[args[0][0] : args[0][1]])
     value = _const_int(first)
     if value is not None and value > MAX_THREADS_PER_BLOCK:
-        found.append(LintWarning(line, "launch-bounds",
-                                 f"__launch_bounds__({value}) exceeds AMD's {MAX_THREADS_PER_BLOCK} threads per block",
-                                 f"use at most {MAX_THREADS_PER_BLOCK} threads per block"))
+        found.append(
+            LintWarning(
+                line,
+                "launch-bounds",
+                f"__launch_bounds__({value}) exceeds AMD's {MAX_THREADS_PER_BLOCK} threads per block",
+                f"use at most {MAX_THREADS_PER_BLOCK} threads per block",
+            )
+        )
     if len(args) >= 2:
-        found.append(LintWarning(line, "launch-bounds",
-                                 "__launch_bounds__ second argument: HIP reads it as minimum waves per execution unit, "
-                                 "not minimum blocks per multiprocessor",
-                                 "check the value for AMD or drop the second argument"))
+        found.append(
+            LintWarning(
+                line,
+                "launch-bounds",
+                "__launch_bounds__ second argument: HIP reads it as minimum waves per execution unit, "
+                "not minimum blocks per multiprocessor",
+                "check the value for AMD or drop the second argument",
+            )
+        )

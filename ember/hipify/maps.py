@@ -16,7 +16,17 @@ from importlib import resources
 
 # Order matters only for the (rare) names present in two tables: the first one wins.
 TABLES = (
-    "runtime", "driver", "device", "types", "cublas", "curand", "cufft", "cusparse", "cusolver", "cub", "cudnn",
+    "runtime",
+    "driver",
+    "device",
+    "types",
+    "cublas",
+    "curand",
+    "cufft",
+    "cusparse",
+    "cusolver",
+    "cub",
+    "cudnn",
 )
 
 # Identifiers that look like a CUDA API by their prefix; one that is in no table is reported.
@@ -84,13 +94,21 @@ class Maps:
             self.same.update(data.get("same", []))
             self.rewrite.update(data.get("rewrite", {}))
             mapped = len(data.get("map", {})) + len(data.get("rewrite", {})) + len(data.get("members", []))
-            self.info.append(TableInfo(name, data["title"], mapped, len(data.get("unsupported", {})),
-                                       data.get("verified_against", "")))
+            self.info.append(
+                TableInfo(
+                    name,
+                    data["title"],
+                    mapped,
+                    len(data.get("unsupported", {})),
+                    data.get("verified_against", ""),
+                )
+            )
         inc = _load("includes")
         self.includes = dict(inc["map"])
         self.includes_unsupported = dict(inc["unsupported"])
-        self.info.append(TableInfo("includes", inc["title"], len(self.includes), len(self.includes_unsupported),
-                                   ""))
+        self.info.append(
+            TableInfo("includes", inc["title"], len(self.includes), len(self.includes_unsupported), "")
+        )
 
     def include(self, header: str) -> str | None:
         """HIP header for a CUDA header name such as ``cuda_runtime.h`` (None when not a CUDA header)."""
@@ -104,7 +122,16 @@ class Maps:
         """Nearest alternative for a CUDA-only header (None when the header is not one)."""
         if header in self.includes_unsupported:
             return self.includes_unsupported[header]
-        for prefix in ("cutlass/", "cute/", "nvtx3/", "cuda/", "cudnn_frontend", "cusparseLt", "nvjpeg", "npp"):
+        for prefix in (
+            "cutlass/",
+            "cute/",
+            "nvtx3/",
+            "cuda/",
+            "cudnn_frontend",
+            "cusparseLt",
+            "nvjpeg",
+            "npp",
+        ):
             if header.startswith(prefix):
                 return self.includes_unsupported.get(prefix.rstrip("/") + "/cutlass.h", "") or "none"
         return None

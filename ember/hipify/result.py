@@ -67,5 +67,7 @@ class Result:
                 {"line": r.line, "name": r.name, "kind": r.kind, "alternative": r.alternative}
                 for r in self.unconverted
             ],
-            "lint": [{"line": w.line, "rule": w.rule, "message": w.message, "fix": w.fix} for w in self.warnings],
+            "lint": [
+                {"line": w.line, "rule": w.rule, "message": w.message, "fix": w.fix} for w in self.warnings
+            ],
         }

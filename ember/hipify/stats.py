@@ -38,6 +38,7 @@ def summarize(results: list[Result], errors: list[str] | None = None) -> dict:
 
 
 def _block(title: str, s: dict) -> list[str]:
+    pct = 100.0 * s["lines_changed"] / s["lines_total"] if s["lines_total"] else 0.0
     lines = [
         f"[ember hipify] {title}:",
         f"  CONVERTED refs count: {s['converted']}",
@@ -45,14 +46,18 @@ def _block(title: str, s: dict) -> list[str]:
         f"  CONVERSION %: {s['percent']:.1f}",
         f"  CHANGED lines of code: {s['lines_changed']}",
         f"  TOTAL lines of code: {s['lines_total']}",
-        f"  CODE CHANGED (in lines) %: {100.0 * s['lines_changed'] / s['lines_total'] if s['lines_total'] else 0:.1f}",
+        f"  CODE CHANGED (in lines) %: {pct:.1f}",
         f"  PORTABILITY warnings: {s['warnings']}",
     ]
     if s["converted_by_kind"]:
-        lines.append("  CONVERTED refs by kind: " + ", ".join(f"{k}: {v}" for k, v in s["converted_by_kind"].items()))
+        lines.append(
+            "  CONVERTED refs by kind: " + ", ".join(f"{k}: {v}" for k, v in s["converted_by_kind"].items())
+        )
     if s["unconverted_by_kind"]:
-        lines.append("  UNCONVERTED refs by kind: "
-                     + ", ".join(f"{k}: {v}" for k, v in s["unconverted_by_kind"].items()))
+        lines.append(
+            "  UNCONVERTED refs by kind: "
+            + ", ".join(f"{k}: {v}" for k, v in s["unconverted_by_kind"].items())
+        )
     return lines
 
 

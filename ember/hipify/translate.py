@@ -16,10 +16,33 @@ from .syntax import is_punct, next_sig, prev_sig, split_args, strip_range, text_
 from .tokenizer import HEADER, IDENT, PUNCT, STRING, TRIVIA, WS, Token, tokenize
 
 LAUNCH_SYNTAXES = ("keep", "ggl")
-_NOT_A_TYPE = frozenset({
-    "return", "case", "else", "throw", "new", "delete", "sizeof", "goto", "co_return", "co_yield", "co_await",
-    "do", "typename", "if", "while", "for", "switch", "defined", "and", "or", "not", "decltype", "alignof",
-})
+_NOT_A_TYPE = frozenset(
+    {
+        "return",
+        "case",
+        "else",
+        "throw",
+        "new",
+        "delete",
+        "sizeof",
+        "goto",
+        "co_return",
+        "co_yield",
+        "co_await",
+        "do",
+        "typename",
+        "if",
+        "while",
+        "for",
+        "switch",
+        "defined",
+        "and",
+        "or",
+        "not",
+        "decltype",
+        "alignof",
+    }
+)
 _INCLUDE_DIRECTIVES = ("include", "include_next", "import")
 
 
@@ -53,7 +76,7 @@ def translate(
                 continue
             _identifier(tokens, i, out, maps, declared, result)
     for launch in find_launches(tokens):
-        name = "".join(t.text for t in tokens[launch.name[0]:launch.name[1]]).strip()
+        name = "".join(t.text for t in tokens[launch.name[0] : launch.name[1]]).strip()
         if launch_syntax == "ggl":
             text = ggl_text(launch, out)
             out[launch.name[0]] = text
@@ -62,7 +85,8 @@ def translate(
             result.converted.append(Reference(launch.line, name, "launch", "hipLaunchKernelGGL"))
         else:  # hipcc rejects the spaced '<< <' / '>> >' form that nvcc accepts: close it up
             for k in list(range(launch.chevron_open, launch.chevron_open + 5)) + list(
-                    range(launch.chevron_close - 4, launch.chevron_close)):
+                range(launch.chevron_close - 4, launch.chevron_close)
+            ):
                 if tokens[k].kind == WS and launch.chevron_open <= k <= launch.chevron_close:
                     if _between_chevrons(tokens, k):
                         out[k] = ""
@@ -78,7 +102,9 @@ def translate(
 def _between_chevrons(tokens: list[Token], k: int) -> bool:
     """Whether the whitespace token ``k`` separates two '<' or two '>' of a launch's chevrons."""
     left, right = tokens[k - 1].text, tokens[k + 1].text if k + 1 < len(tokens) else ""
-    return left == right and left in ("<", ">") and tokens[k - 1].kind == PUNCT and tokens[k + 1].kind == PUNCT
+    return (
+        left == right and left in ("<", ">") and tokens[k - 1].kind == PUNCT and tokens[k + 1].kind == PUNCT
+    )
 
 
 def _line_counts(source: str, output: str) -> tuple[int, int]:
@@ -97,8 +123,10 @@ def _is_include_operand(tokens: list[Token], i: int) -> bool:
     if tokens[i].directive in _INCLUDE_DIRECTIVES:
         return text_at(tokens, prev_sig(tokens, i)) in _INCLUDE_DIRECTIVES
     p = prev_sig(tokens, i)
-    return is_punct(tokens, p, "(") and text_at(tokens, prev_sig(tokens, p)) in ("__has_include",
-                                                                                  "__has_include_next")
+    return is_punct(tokens, p, "(") and text_at(tokens, prev_sig(tokens, p)) in (
+        "__has_include",
+        "__has_include_next",
+    )
 
 
 def _include(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Result) -> None:
@@ -165,8 +193,9 @@ def _device_prop_member(tokens: list[Token], i: int, out: list[str], maps: Maps,
         result.converted.append(Reference(tok.line, f"cudaDeviceProp::{tok.text}", "types", out[i]))
         return True
     if tok.text in maps.prop_missing:
-        result.unconverted.append(Reference(tok.line, f"cudaDeviceProp::{tok.text}", "types", None,
-                                            maps.prop_missing[tok.text]))
+        result.unconverted.append(
+            Reference(tok.line, f"cudaDeviceProp::{tok.text}", "types", None, maps.prop_missing[tok.text])
+        )
         return True
     return False
 
@@ -181,8 +210,9 @@ def _cub(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Result
         member_idx = next_sig(tokens, nxt)
         member = text_at(tokens, member_idx)
         if member in maps.cub_unsupported:
-            result.unconverted.append(Reference(tok.line, f"cub::{member}", "cub", None,
-                                                maps.cub_unsupported[member]))
+            result.unconverted.append(
+                Reference(tok.line, f"cub::{member}", "cub", None, maps.cub_unsupported[member])
+            )
             return
         out[i] = hip
         result.converted.append(Reference(tok.line, f"cub::{member}", "cub", f"{hip}::{member}"))
@@ -206,7 +236,7 @@ def _sync_intrinsic(tokens: list[Token], i: int, out: list[str], maps: Maps, res
         return
     if target.endswith(")"):  # a whole expression replaces the call: __activemask(), __syncwarp(mask)
         out[i] = target[: target.index("(")]
-        inner = target[target.index("(") + 1: -1]
+        inner = target[target.index("(") + 1 : -1]
         for k in range(paren + 1, close):
             out[k] = ""
         out[paren] = "(" + inner
@@ -227,22 +257,34 @@ def _cuda_arch(tokens: list[Token], i: int, out: list[str], result: Result) -> N
     tok = tokens[i]
     prev = prev_sig(tokens, i)
     nxt = next_sig(tokens, i)
-    presence = tok.directive in ("ifdef", "ifndef") or text_at(tokens, prev) == "defined" or (
-        is_punct(tokens, prev, "(") and text_at(tokens, prev_sig(tokens, prev)) == "defined")
+    presence = (
+        tok.directive in ("ifdef", "ifndef")
+        or text_at(tokens, prev) == "defined"
+        or (is_punct(tokens, prev, "(") and text_at(tokens, prev_sig(tokens, prev)) == "defined")
+    )
     if not presence and tok.directive in ("if", "elif"):
         after = tokens[nxt] if nxt < len(tokens) else None
         ends = after is None or after.directive != tok.directive or after.line != tok.line
         presence = ends or (after.kind == PUNCT and after.text in ("&&", "||", ")"))
-        presence = presence and not (prev >= 0 and tokens[prev].kind == PUNCT and tokens[prev].text in
-                                     ("<", ">", "<=", ">=", "==", "!="))
+        presence = presence and not (
+            prev >= 0
+            and tokens[prev].kind == PUNCT
+            and tokens[prev].text in ("<", ">", "<=", ">=", "==", "!=")
+        )
     if presence:
         out[i] = "__HIP_DEVICE_COMPILE__"
         result.converted.append(Reference(tok.line, "__CUDA_ARCH__", "types", "__HIP_DEVICE_COMPILE__"))
     else:
-        result.unconverted.append(Reference(
-            tok.line, "__CUDA_ARCH__", "types", None,
-            "__HIP_DEVICE_COMPILE__ tests for the device pass; use __gfx90a__ etc. or a feature macro "
-            "instead of comparing compute capabilities"))
+        result.unconverted.append(
+            Reference(
+                tok.line,
+                "__CUDA_ARCH__",
+                "types",
+                None,
+                "__HIP_DEVICE_COMPILE__ tests for the device pass; use __gfx90a__ etc. or a feature macro "
+                "instead of comparing compute capabilities",
+            )
+        )
 
 
 def local_declarations(tokens: list[Token]) -> set[str]:
@@ -261,7 +303,13 @@ def local_declarations(tokens: list[Token]) -> set[str]:
             names.add(t.text)
             continue
         nxt = tokens[sig[pos + 1]] if pos + 1 < len(sig) else None
-        if (prev.kind == IDENT and prev.text not in _NOT_A_TYPE and not prev.directive
-                and nxt is not None and nxt.kind == PUNCT and nxt.text in ("(", "[", "=", ";", ",", "{", ")")):
+        if (
+            prev.kind == IDENT
+            and prev.text not in _NOT_A_TYPE
+            and not prev.directive
+            and nxt is not None
+            and nxt.kind == PUNCT
+            and nxt.text in ("(", "[", "=", ";", ",", "{", ")")
+        ):
             names.add(t.text)
     return names

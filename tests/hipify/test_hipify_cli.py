@@ -72,7 +72,9 @@ def test_stats_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     src = make(tmp_path)
     (src / "c.cu").write_text("cudaProfilerInitialize(0, 0, 0);\n")
     js = tmp_path / "stats.json"
-    assert main([str(src), "-o", str(tmp_path / "o"), "--print-stats", "--stats-json", str(js), "-q"]) == EXIT_OK
+    assert (
+        main([str(src), "-o", str(tmp_path / "o"), "--print-stats", "--stats-json", str(js), "-q"]) == EXIT_OK
+    )
     text = capsys.readouterr().out
     assert "CONVERSION %" in text and "TOTAL statistics (3 files" in text
     data = json.loads(js.read_text())
@@ -95,8 +97,20 @@ def test_strict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_list_maps(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--list-maps"]) == EXIT_OK
     text = capsys.readouterr().out
-    for name in ("runtime", "driver", "device", "types", "cublas", "curand", "cufft", "cusparse", "cusolver",
-                 "cub", "cudnn", "includes"):
+    for name in (
+        "runtime",
+        "driver",
+        "device",
+        "types",
+        "cublas",
+        "curand",
+        "cufft",
+        "cusparse",
+        "cusolver",
+        "cub",
+        "cudnn",
+        "includes",
+    ):
         assert f"\n{name} " in text
     rows = {line.split()[0]: int(line.split()[1]) for line in text.splitlines()[1:]}
     assert rows["runtime"] > 200 and rows["cublas"] > 300 and rows["total"] > 2500
@@ -111,7 +125,9 @@ def test_usage_errors(tmp_path: Path) -> None:
         main([str(src), "--launch-syntax", "bogus"])
 
 
-def test_bad_inputs_are_reported_and_the_rest_translated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_inputs_are_reported_and_the_rest_translated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = make(tmp_path)
     (src / "bin.cu").write_bytes(b"\x7fELF\x00\x00cudaMalloc")
     (src / "latin1.cu").write_bytes("// caf\xe9\ncudaFree(p);\n".encode("latin-1"))
@@ -136,6 +152,7 @@ def test_module_entry_point(tmp_path: Path) -> None:
     import sys
 
     src = make(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "ember.hipify", str(src / "a.cu")], capture_output=True,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ember.hipify", str(src / "a.cu")], capture_output=True, check=False
+    )
     assert proc.returncode == 0 and proc.stdout == HIP.encode()

@@ -9,11 +9,39 @@ from hypothesis import strategies as st
 from ember.hipify import HipifyError
 from ember.hipify.tokenizer import CHAR, COMMENT, HEADER, IDENT, STRING, tokenize
 
-_PIECES = st.sampled_from([
-    "cudaMalloc", " ", "\t", "\n", "\r\n", "// c cudaFree\n", "/* x\n y */", '"str \\" cuda"', "'c'", "u8\"s\"",
-    'R"d(raw "cuda" )d"', "#include <cuda.h>\n", "#define X(a) cudaFree(a)\n", "<<<", ">>>", "0x1f", "1'000",
-    "a->b", "::", "\\\n", "é", "@", "{", "}", "(", ")", ";", "x", "3.5e+2f",
-])
+_PIECES = st.sampled_from(
+    [
+        "cudaMalloc",
+        " ",
+        "\t",
+        "\n",
+        "\r\n",
+        "// c cudaFree\n",
+        "/* x\n y */",
+        '"str \\" cuda"',
+        "'c'",
+        'u8"s"',
+        'R"d(raw "cuda" )d"',
+        "#include <cuda.h>\n",
+        "#define X(a) cudaFree(a)\n",
+        "<<<",
+        ">>>",
+        "0x1f",
+        "1'000",
+        "a->b",
+        "::",
+        "\\\n",
+        "é",
+        "@",
+        "{",
+        "}",
+        "(",
+        ")",
+        ";",
+        "x",
+        "3.5e+2f",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -50,7 +78,9 @@ def test_raw_string_with_quotes_and_parens() -> None:
 
 
 def test_include_header_names() -> None:
-    toks = kinds("#include <cuda_runtime.h>\n#  include \"cublas_v2.h\"\n#if __has_include(<cub/cub.cuh>)\n#endif\n")
+    toks = kinds(
+        '#include <cuda_runtime.h>\n#  include "cublas_v2.h"\n#if __has_include(<cub/cub.cuh>)\n#endif\n'
+    )
     assert (HEADER, "<cuda_runtime.h>") in toks
     assert (STRING, '"cublas_v2.h"') in toks
     assert (HEADER, "<cub/cub.cuh>") in toks

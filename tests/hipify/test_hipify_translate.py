@@ -17,7 +17,9 @@ def rules(src: str) -> list[str]:
 
 def test_identifiers_whole_tokens_only() -> None:
     src = "cudaMalloc(&p, n); my_cudaMalloc(); cudaMallocX(); obj.cudaMalloc(); ns::cudaFree(p);\n"
-    assert out(src) == "hipMalloc(&p, n); my_cudaMalloc(); cudaMallocX(); obj.cudaMalloc(); ns::cudaFree(p);\n"
+    assert (
+        out(src) == "hipMalloc(&p, n); my_cudaMalloc(); cudaMallocX(); obj.cudaMalloc(); ns::cudaFree(p);\n"
+    )
 
 
 def test_global_scope_qualified_name_is_translated() -> None:
@@ -25,8 +27,10 @@ def test_global_scope_qualified_name_is_translated() -> None:
 
 
 def test_comments_and_strings_untouched() -> None:
-    src = ('// cudaMalloc here\n/* cudaFree */ const char* s = "cudaMemcpy(x)"; auto r = R"(cudaFree)";\n'
-           "char c = 'c'; cudaFree(p);\n")
+    src = (
+        '// cudaMalloc here\n/* cudaFree */ const char* s = "cudaMemcpy(x)"; auto r = R"(cudaFree)";\n'
+        "char c = 'c'; cudaFree(p);\n"
+    )
     assert out(src) == src.replace("cudaFree(p)", "hipFree(p)")
 
 
@@ -35,21 +39,24 @@ def test_bytes_preserved_crlf_tabs_and_bom() -> None:
     assert out(src) == "\ufeff#include <hip/hip_runtime.h>\r\n\thipStream_t  s;\r\n\r\nhipFree( p );  \r\n"
 
 
-@pytest.mark.parametrize("cuda, hip", [
-    ("<cuda_runtime.h>", "<hip/hip_runtime.h>"),
-    ('"cuda_runtime.h"', '"hip/hip_runtime.h"'),
-    ("<cublas_v2.h>", "<hipblas/hipblas.h>"),
-    ("<curand.h>", "<hiprand/hiprand.h>"),
-    ("<cufft.h>", "<hipfft/hipfft.h>"),
-    ("<cub/cub.cuh>", "<hipcub/hipcub.hpp>"),
-    ("<cub/block/block_reduce.cuh>", "<hipcub/hipcub.hpp>"),
-    ("<cusparse.h>", "<hipsparse/hipsparse.h>"),
-    ("<cusolverDn.h>", "<hipsolver/hipsolver.h>"),
-    ("<cudnn.h>", "<miopen/miopen.h>"),
-    ("<cuda_fp16.h>", "<hip/hip_fp16.h>"),
-    ("<vector>", "<vector>"),
-    ('"my_kernels.cuh"', '"my_kernels.cuh"'),
-])
+@pytest.mark.parametrize(
+    "cuda, hip",
+    [
+        ("<cuda_runtime.h>", "<hip/hip_runtime.h>"),
+        ('"cuda_runtime.h"', '"hip/hip_runtime.h"'),
+        ("<cublas_v2.h>", "<hipblas/hipblas.h>"),
+        ("<curand.h>", "<hiprand/hiprand.h>"),
+        ("<cufft.h>", "<hipfft/hipfft.h>"),
+        ("<cub/cub.cuh>", "<hipcub/hipcub.hpp>"),
+        ("<cub/block/block_reduce.cuh>", "<hipcub/hipcub.hpp>"),
+        ("<cusparse.h>", "<hipsparse/hipsparse.h>"),
+        ("<cusolverDn.h>", "<hipsolver/hipsolver.h>"),
+        ("<cudnn.h>", "<miopen/miopen.h>"),
+        ("<cuda_fp16.h>", "<hip/hip_fp16.h>"),
+        ("<vector>", "<vector>"),
+        ('"my_kernels.cuh"', '"my_kernels.cuh"'),
+    ],
+)
 def test_includes(cuda: str, hip: str) -> None:
     assert out(f"#include {cuda}\n") == f"#include {hip}\n"
 
@@ -64,17 +71,23 @@ def test_has_include_and_unsupported_header() -> None:
 
 
 def test_sync_intrinsics_drop_the_mask() -> None:
-    src = ("v += __shfl_down_sync(0xffffffff, v, off);\nw = __shfl_xor_sync(mask, w, 4, 16);\n"
-           "b = __ballot_sync(FULL, x > 0); a = __any_sync(m, p) + __all_sync(m, q);\n"
-           "u = __activemask(); __syncwarp(); __syncwarp(mask);\n")
-    assert out(src) == ("v += __shfl_down(v, off);\nw = __shfl_xor(w, 4, 16);\n"
-                        "b = __ballot(x > 0); a = __any(p) + __all(q);\n"
-                        "u = __ballot(1); __builtin_amdgcn_wave_barrier(); __builtin_amdgcn_wave_barrier();\n")
+    src = (
+        "v += __shfl_down_sync(0xffffffff, v, off);\nw = __shfl_xor_sync(mask, w, 4, 16);\n"
+        "b = __ballot_sync(FULL, x > 0); a = __any_sync(m, p) + __all_sync(m, q);\n"
+        "u = __activemask(); __syncwarp(); __syncwarp(mask);\n"
+    )
+    assert out(src) == (
+        "v += __shfl_down(v, off);\nw = __shfl_xor(w, 4, 16);\n"
+        "b = __ballot(x > 0); a = __any(p) + __all(q);\n"
+        "u = __ballot(1); __builtin_amdgcn_wave_barrier(); __builtin_amdgcn_wave_barrier();\n"
+    )
 
 
 def test_cuda_arch_presence_vs_comparison() -> None:
-    src = ("#ifdef __CUDA_ARCH__\n#endif\n#if defined(__CUDA_ARCH__) && X\n#endif\n#if __CUDA_ARCH__\n#endif\n"
-           "#if __CUDA_ARCH__ >= 800\n#endif\n")
+    src = (
+        "#ifdef __CUDA_ARCH__\n#endif\n#if defined(__CUDA_ARCH__) && X\n#endif\n#if __CUDA_ARCH__\n#endif\n"
+        "#if __CUDA_ARCH__ >= 800\n#endif\n"
+    )
     r = translate(src, "t.cu")
     assert r.output.count("__HIP_DEVICE_COMPILE__") == 3
     assert "#if __CUDA_ARCH__ >= 800" in r.output
@@ -99,8 +112,10 @@ def test_unsupported_reported_with_alternative() -> None:
 
 
 def test_unknown_cuda_name_reported_but_project_names_not() -> None:
-    src = ("#define cudaCheckError() check(cudaGetLastError())\n"
-           "static void cudaHelperInit(int x) {}\ncudaCheckError(); cudaHelperInit(1); cudaSomethingNew();\n")
+    src = (
+        "#define cudaCheckError() check(cudaGetLastError())\n"
+        "static void cudaHelperInit(int x) {}\ncudaCheckError(); cudaHelperInit(1); cudaSomethingNew();\n"
+    )
     r = translate(src, "t.cu")
     assert [u.name for u in r.unconverted] == ["cudaSomethingNew"]
     assert r.unconverted[0].kind == "unknown"
@@ -117,14 +132,16 @@ def test_device_prop_members() -> None:
 
 def test_driver_api() -> None:
     src = "CUdeviceptr d; cuMemAlloc(&d, n); cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, s, args, 0);"
-    assert out(src) == ("hipDeviceptr_t d; hipMalloc(&d, n); "
-                        "hipModuleLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, s, args, 0);")
+    assert out(src) == (
+        "hipDeviceptr_t d; hipMalloc(&d, n); hipModuleLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, s, args, 0);"
+    )
 
 
 def test_libraries() -> None:
     src = "cublasSgemm_v2(h, CUBLAS_OP_T, CUBLAS_OP_N); curandCreateGenerator(&g, CURAND_RNG_PSEUDO_DEFAULT);"
-    assert out(src) == ("hipblasSgemm(h, HIPBLAS_OP_T, HIPBLAS_OP_N); "
-                        "hiprandCreateGenerator(&g, HIPRAND_RNG_PSEUDO_DEFAULT);")
+    assert out(src) == (
+        "hipblasSgemm(h, HIPBLAS_OP_T, HIPBLAS_OP_N); hiprandCreateGenerator(&g, HIPRAND_RNG_PSEUDO_DEFAULT);"
+    )
     assert out("cufftExecC2C(p, a, b, CUFFT_INVERSE);") == "hipfftExecC2C(p, a, b, HIPFFT_BACKWARD);"
     assert out("cudnnCreate(&h); cusolverDnSgetrf(h);") == "miopenCreate(&h); hipsolverDnSgetrf(h);"
 
@@ -138,16 +155,28 @@ def test_launch_kept_by_default() -> None:
     assert [c.kind for c in r.converted] == ["launch"]
 
 
-@pytest.mark.parametrize("src, ggl", [
-    ("k<<<grid, block>>>(a, b);", "hipLaunchKernelGGL(k, dim3(grid), dim3(block), 0, 0, a, b);"),
-    ("k<<<g, b, smem>>>();", "hipLaunchKernelGGL(k, dim3(g), dim3(b), smem, 0);"),
-    ("k<<<g, b, 0, s>>>(x);", "hipLaunchKernelGGL(k, dim3(g), dim3(b), 0, s, x);"),
-    ("k<T, 4><<<g, b>>>(x);", "hipLaunchKernelGGL(HIP_KERNEL_NAME(k<T, 4>), dim3(g), dim3(b), 0, 0, x);"),
-    ("ns::k<<<dim3(n, 2), f(a, b)>>>(x);", "hipLaunchKernelGGL(ns::k, dim3(dim3(n, 2)), dim3(f(a, b)), 0, 0, x);"),
-    ("k << <g, b >> >(x);", "hipLaunchKernelGGL(k, dim3(g), dim3(b), 0, 0, x);"),
-    ("k<<<g,\n    b, 0,\n    s>>>(\n    x,\n    y);", "hipLaunchKernelGGL(k, dim3(g), dim3(b), 0, s,\n    x,\n    y);"),
-    ("k<<<g, b>>>(cudaStreamDefault);", "hipLaunchKernelGGL(k, dim3(g), dim3(b), 0, 0, hipStreamDefault);"),
-])
+@pytest.mark.parametrize(
+    "src, ggl",
+    [
+        ("k<<<grid, block>>>(a, b);", "hipLaunchKernelGGL(k, dim3(grid), dim3(block), 0, 0, a, b);"),
+        ("k<<<g, b, smem>>>();", "hipLaunchKernelGGL(k, dim3(g), dim3(b), smem, 0);"),
+        ("k<<<g, b, 0, s>>>(x);", "hipLaunchKernelGGL(k, dim3(g), dim3(b), 0, s, x);"),
+        ("k<T, 4><<<g, b>>>(x);", "hipLaunchKernelGGL(HIP_KERNEL_NAME(k<T, 4>), dim3(g), dim3(b), 0, 0, x);"),
+        (
+            "ns::k<<<dim3(n, 2), f(a, b)>>>(x);",
+            "hipLaunchKernelGGL(ns::k, dim3(dim3(n, 2)), dim3(f(a, b)), 0, 0, x);",
+        ),
+        ("k << <g, b >> >(x);", "hipLaunchKernelGGL(k, dim3(g), dim3(b), 0, 0, x);"),
+        (
+            "k<<<g,\n    b, 0,\n    s>>>(\n    x,\n    y);",
+            "hipLaunchKernelGGL(k, dim3(g), dim3(b), 0, s,\n    x,\n    y);",
+        ),
+        (
+            "k<<<g, b>>>(cudaStreamDefault);",
+            "hipLaunchKernelGGL(k, dim3(g), dim3(b), 0, 0, hipStreamDefault);",
+        ),
+    ],
+)
 def test_launch_ggl(src: str, ggl: str) -> None:
     assert out(src, launch_syntax="ggl") == ggl
 
@@ -178,31 +207,52 @@ def test_statistics() -> None:
 # ---- lint ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("src", [
-    "int lane = threadIdx.x % 32;", "int w = threadIdx.x / 32;", "int lane = tid & 31;", "int w = threadIdx.x >> 5;",
-    "#define WARP_SIZE 32\n", "constexpr int kWarpSize = 32;", "int nwarps = blockDim.x / 32;",
-    "for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffff, v, o);",
-])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "int lane = threadIdx.x % 32;",
+        "int w = threadIdx.x / 32;",
+        "int lane = tid & 31;",
+        "int w = threadIdx.x >> 5;",
+        "#define WARP_SIZE 32\n",
+        "constexpr int kWarpSize = 32;",
+        "int nwarps = blockDim.x / 32;",
+        "for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffff, v, o);",
+    ],
+)
 def test_lint_warp_size(src: str) -> None:
     assert "warp-size" in rules(src)
 
 
-@pytest.mark.parametrize("src", ["int x = n % 32;", "float a[32];", "x = y >> 5;", "for (int i = 16; i; --i) f();"])
+@pytest.mark.parametrize(
+    "src", ["int x = n % 32;", "float a[32];", "x = y >> 5;", "for (int i = 16; i; --i) f();"]
+)
 def test_lint_warp_size_quiet_elsewhere(src: str) -> None:
     assert "warp-size" not in rules(src)
 
 
 def test_lint_full_mask_ballot_asm_texture_bounds() -> None:
-    src = ("v = __shfl_sync(0xffffffff, v, 0);\nunsigned b = __ballot_sync(0xFFFFFFFFu, p);\n"
-           "unsigned a = __activemask();\nasm volatile(\"mov.u32 %0, %%laneid;\" : \"=r\"(l));\n"
-           "texture<float, 1, cudaReadModeElementType> tex;\ncudaBindTexture(0, tex, p, n);\n"
-           "__global__ void __launch_bounds__(2048) k() {}\n__global__ void __launch_bounds__(256, 4) j() {}\n"
-           "nvmlInit();\n")
+    src = (
+        "v = __shfl_sync(0xffffffff, v, 0);\nunsigned b = __ballot_sync(0xFFFFFFFFu, p);\n"
+        'unsigned a = __activemask();\nasm volatile("mov.u32 %0, %%laneid;" : "=r"(l));\n'
+        "texture<float, 1, cudaReadModeElementType> tex;\ncudaBindTexture(0, tex, p, n);\n"
+        "__global__ void __launch_bounds__(2048) k() {}\n__global__ void __launch_bounds__(256, 4) j() {}\n"
+        "nvmlInit();\n"
+    )
     ws = translate(src, "l.cu").warnings
     got = {(w.line, w.rule) for w in ws}
-    assert {(1, "full-mask"), (2, "full-mask"), (2, "ballot-64"), (3, "ballot-64"), (4, "inline-asm"),
-            (5, "texture-reference"), (6, "texture-reference"), (7, "launch-bounds"), (8, "launch-bounds"),
-            (9, "cuda-only-library")} <= got
+    assert {
+        (1, "full-mask"),
+        (2, "full-mask"),
+        (2, "ballot-64"),
+        (3, "ballot-64"),
+        (4, "inline-asm"),
+        (5, "texture-reference"),
+        (6, "texture-reference"),
+        (7, "launch-bounds"),
+        (8, "launch-bounds"),
+        (9, "cuda-only-library"),
+    } <= got
     assert all(w.fix for w in ws)
     assert not [w for w in ws if w.rule == "launch-bounds" and w.line == 8 and "exceeds" in w.message]
 

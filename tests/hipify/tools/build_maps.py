@@ -37,7 +37,11 @@ def header_tokens(paths: list[Path]) -> list[tuple[str, str]]:
     for p in paths:
         if not p.exists():
             continue
-        toks = [t for t in tokenize(p.read_text(errors="replace"), str(p)) if t.kind not in ("ws", "nl", "comment")]
+        toks = [
+            t
+            for t in tokenize(p.read_text(errors="replace"), str(p))
+            if t.kind not in ("ws", "nl", "comment")
+        ]
         for i, t in enumerate(toks):
             if t.kind == IDENT:
                 out.append((t.text, toks[i + 1].text if i + 1 < len(toks) else ""))
@@ -83,10 +87,22 @@ HIP_CI = ci_lookup(HIP)
 RT_HEADERS = [
     CUDA_INC / h
     for h in (
-        "cuda_runtime_api.h", "driver_types.h", "cuda_runtime.h", "vector_types.h", "texture_types.h",
-        "surface_types.h", "library_types.h", "channel_descriptor.h", "cuda_device_runtime_api.h",
-        "cuda_profiler_api.h", "vector_functions.h", "driver_functions.h", "cuda_texture_types.h",
-        "cuda_surface_types.h", "texture_fetch_functions.h", "cuda_gl_interop.h",
+        "cuda_runtime_api.h",
+        "driver_types.h",
+        "cuda_runtime.h",
+        "vector_types.h",
+        "texture_types.h",
+        "surface_types.h",
+        "library_types.h",
+        "channel_descriptor.h",
+        "cuda_device_runtime_api.h",
+        "cuda_profiler_api.h",
+        "vector_functions.h",
+        "driver_functions.h",
+        "cuda_texture_types.h",
+        "cuda_surface_types.h",
+        "texture_fetch_functions.h",
+        "cuda_gl_interop.h",
     )
 ]
 
@@ -125,7 +141,7 @@ RUNTIME_OVERRIDES = {
 }
 RUNTIME_UNSUPPORTED_ALT = {
     "cudaProfilerInitialize": "hipProfilerStart (no initialise step on AMD)",
-    "cudaLimitStackSize": "hipLimitMallocHeapSize is the only heap limit in HIP 5.2; hipLimitStackSize from HIP 5.3",
+    "cudaLimitStackSize": "hipLimitMallocHeapSize is the only limit in HIP 5.2; hipLimitStackSize from 5.3",
     "cudaLimitDevRuntimeSyncDepth": "none: AMD has no dynamic parallelism",
     "cudaLimitDevRuntimePendingLaunchCount": "none: AMD has no dynamic parallelism",
     "cudaLimitMaxL2FetchGranularity": "none",
@@ -152,19 +168,53 @@ RUNTIME_UNSUPPORTED_ALT = {
 }
 # CUDA APIs removed from the CUDA 12/13 headers that old code still calls; mapped where HIP 5.2 has them.
 RUNTIME_LEGACY = [
-    "cudaBindTexture", "cudaBindTexture2D", "cudaBindTextureToArray", "cudaBindTextureToMipmappedArray",
-    "cudaUnbindTexture", "cudaGetTextureReference", "cudaGetTextureAlignmentOffset", "cudaGetChannelDesc",
-    "cudaConfigureCall", "cudaSetupArgument", "cudaMemcpyToArray", "cudaMemcpyFromArray",
-    "cudaMemcpyToArrayAsync", "cudaMemcpyFromArrayAsync", "cudaMemcpy2DArrayToArray", "cudaMemcpyArrayToArray",
-    "cudaThreadGetCacheConfig", "cudaThreadSetCacheConfig", "cudaBindSurfaceToArray", "cudaGetSurfaceReference",
-    "cudaGLMapBufferObject", "cudaGLUnmapBufferObject", "cudaGLRegisterBufferObject",
-    "cudaGLUnregisterBufferObject", "cudaSetDeviceFlags", "cudaDeviceGetSharedMemConfig",
-    "cudaDeviceSetSharedMemConfig", "cudaFuncSetSharedMemConfig", "cudaSharedMemConfig",
-    "cudaSharedMemBankSizeDefault", "cudaSharedMemBankSizeFourByte", "cudaSharedMemBankSizeEightByte",
-    "cudaLaunch", "cudaThreadGetLimit", "cudaThreadSetLimit", "cudaGetDeviceFlags", "cudaErrorTextureNotBound",
-    "cudaErrorInvalidHostPointer", "cudaErrorInvalidDevicePointer", "cudaErrorAddressOfConstant",
-    "cudaErrorMemoryValueTooLarge", "cudaReadModeElementType", "cudaReadModeNormalizedFloat",
-    "cudaFilterModePoint", "cudaFilterModeLinear", "textureReference", "surfaceReference",
+    "cudaBindTexture",
+    "cudaBindTexture2D",
+    "cudaBindTextureToArray",
+    "cudaBindTextureToMipmappedArray",
+    "cudaUnbindTexture",
+    "cudaGetTextureReference",
+    "cudaGetTextureAlignmentOffset",
+    "cudaGetChannelDesc",
+    "cudaConfigureCall",
+    "cudaSetupArgument",
+    "cudaMemcpyToArray",
+    "cudaMemcpyFromArray",
+    "cudaMemcpyToArrayAsync",
+    "cudaMemcpyFromArrayAsync",
+    "cudaMemcpy2DArrayToArray",
+    "cudaMemcpyArrayToArray",
+    "cudaThreadGetCacheConfig",
+    "cudaThreadSetCacheConfig",
+    "cudaBindSurfaceToArray",
+    "cudaGetSurfaceReference",
+    "cudaGLMapBufferObject",
+    "cudaGLUnmapBufferObject",
+    "cudaGLRegisterBufferObject",
+    "cudaGLUnregisterBufferObject",
+    "cudaSetDeviceFlags",
+    "cudaDeviceGetSharedMemConfig",
+    "cudaDeviceSetSharedMemConfig",
+    "cudaFuncSetSharedMemConfig",
+    "cudaSharedMemConfig",
+    "cudaSharedMemBankSizeDefault",
+    "cudaSharedMemBankSizeFourByte",
+    "cudaSharedMemBankSizeEightByte",
+    "cudaLaunch",
+    "cudaThreadGetLimit",
+    "cudaThreadSetLimit",
+    "cudaGetDeviceFlags",
+    "cudaErrorTextureNotBound",
+    "cudaErrorInvalidHostPointer",
+    "cudaErrorInvalidDevicePointer",
+    "cudaErrorAddressOfConstant",
+    "cudaErrorMemoryValueTooLarge",
+    "cudaReadModeElementType",
+    "cudaReadModeNormalizedFloat",
+    "cudaFilterModePoint",
+    "cudaFilterModeLinear",
+    "textureReference",
+    "surfaceReference",
 ]
 RUNTIME_OVERRIDES.update({"cudaLaunch": "hipLaunchByPtr", "cudaFuncCache": "hipFuncCache_t"})
 
@@ -199,7 +249,6 @@ DRIVER_OVERRIDES = {
     "cuMemcpy3DAsync": "hipDrvMemcpy3DAsync",
     "cuMemcpy3DAsync_v2": "hipDrvMemcpy3DAsync",
     "cuCtxGetLimit": "hipDeviceGetLimit",
-    "cuCtxSetLimit": "hipDeviceSetLimit",
     "cuCtxGetStreamPriorityRange": "hipDeviceGetStreamPriorityRange",
     "cuArrayCreate": "hipArrayCreate",
     "cuArrayCreate_v2": "hipArrayCreate",
@@ -325,6 +374,7 @@ DRIVER_UNSUPPORTED_ALT = {
     "cuMemsetD2D32": "hipMemset2D",
     "cuFuncSetBlockShape": "hipModuleLaunchKernel with block dimensions",
     "cuLaunchGrid": "hipModuleLaunchKernel",
+    "cuCtxSetLimit": "none in HIP 5.2 (hipDeviceSetLimit from HIP 5.3)",
 }
 CU_TYPE_PREFIXES = ("CU", "CUDA_")
 
@@ -334,10 +384,21 @@ CU_TYPE_PREFIXES = ("CU", "CUDA_")
 DEVICE_HEADERS = [Path(p) for p in glob.glob(str(CUDA_INC / "crt" / "*.h*"))] + [
     CUDA_INC / h
     for h in (
-        "device_atomic_functions.h", "sm_20_atomic_functions.h", "sm_32_atomic_functions.h",
-        "sm_35_atomic_functions.h", "sm_60_atomic_functions.h", "sm_20_intrinsics.h", "sm_30_intrinsics.h",
-        "sm_32_intrinsics.h", "sm_35_intrinsics.h", "sm_61_intrinsics.h", "cuda_fp16.h", "cuda_fp16.hpp",
-        "texture_indirect_functions.h", "surface_indirect_functions.h", "device_functions.h",
+        "device_atomic_functions.h",
+        "sm_20_atomic_functions.h",
+        "sm_32_atomic_functions.h",
+        "sm_35_atomic_functions.h",
+        "sm_60_atomic_functions.h",
+        "sm_20_intrinsics.h",
+        "sm_30_intrinsics.h",
+        "sm_32_intrinsics.h",
+        "sm_35_intrinsics.h",
+        "sm_61_intrinsics.h",
+        "cuda_fp16.h",
+        "cuda_fp16.hpp",
+        "texture_indirect_functions.h",
+        "surface_indirect_functions.h",
+        "device_functions.h",
     )
 ]
 # Warp intrinsics with a mask argument: rewritten by code (the mask is dropped, see intrinsics.py).
@@ -389,13 +450,56 @@ DEVICE_UNSUPPORTED_ALT = {
     "__shfl": "__shfl (deprecated CUDA form without mask; kept)",
 }
 DEVICE_EXTRA_SAME = [
-    "__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or", "__threadfence",
-    "__threadfence_block", "__threadfence_system", "__shfl", "__shfl_up", "__shfl_down", "__shfl_xor",
-    "__ballot", "__any", "__all", "__ldg", "__popc", "__popcll", "__clz", "__clzll", "__ffs", "__ffsll",
-    "__brev", "__brevll", "__half", "__half2", "__float2half", "__half2float", "atomicAdd", "atomicSub",
-    "atomicExch", "atomicMin", "atomicMax", "atomicInc", "atomicDec", "atomicCAS", "atomicAnd", "atomicOr",
-    "atomicXor", "clock", "clock64", "__launch_bounds__", "__global__", "__device__", "__host__",
-    "__shared__", "__constant__", "__managed__", "__restrict__", "__forceinline__", "__noinline__",
+    "__syncthreads",
+    "__syncthreads_count",
+    "__syncthreads_and",
+    "__syncthreads_or",
+    "__threadfence",
+    "__threadfence_block",
+    "__threadfence_system",
+    "__shfl",
+    "__shfl_up",
+    "__shfl_down",
+    "__shfl_xor",
+    "__ballot",
+    "__any",
+    "__all",
+    "__ldg",
+    "__popc",
+    "__popcll",
+    "__clz",
+    "__clzll",
+    "__ffs",
+    "__ffsll",
+    "__brev",
+    "__brevll",
+    "__half",
+    "__half2",
+    "__float2half",
+    "__half2float",
+    "atomicAdd",
+    "atomicSub",
+    "atomicExch",
+    "atomicMin",
+    "atomicMax",
+    "atomicInc",
+    "atomicDec",
+    "atomicCAS",
+    "atomicAnd",
+    "atomicOr",
+    "atomicXor",
+    "clock",
+    "clock64",
+    "__launch_bounds__",
+    "__global__",
+    "__device__",
+    "__host__",
+    "__shared__",
+    "__constant__",
+    "__managed__",
+    "__restrict__",
+    "__forceinline__",
+    "__noinline__",
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -409,24 +513,92 @@ def cublas_names() -> tuple[dict[str, str], dict[str, str]]:
     uns: dict[str, str] = {}
     real, cplx = ("S", "D"), ("C", "Z")
     lvl1 = {
-        "amax": ("I", real + cplx), "amin": ("I", real + cplx), "asum": ("", real + ("Sc", "Dz")),
-        "axpy": ("", real + cplx), "copy": ("", real + cplx), "dot": ("", real), "dotu": ("", cplx),
-        "dotc": ("", cplx), "nrm2": ("", real + ("Sc", "Dz")), "rot": ("", real + cplx + ("Cs", "Zd")),
-        "rotg": ("", real + cplx), "rotm": ("", real), "rotmg": ("", real),
-        "scal": ("", real + cplx + ("Cs", "Zd")), "swap": ("", real + cplx),
+        "amax": ("I", real + cplx),
+        "amin": ("I", real + cplx),
+        "asum": ("", real + ("Sc", "Dz")),
+        "axpy": ("", real + cplx),
+        "copy": ("", real + cplx),
+        "dot": ("", real),
+        "dotu": ("", cplx),
+        "dotc": ("", cplx),
+        "nrm2": ("", real + ("Sc", "Dz")),
+        "rot": ("", real + cplx + ("Cs", "Zd")),
+        "rotg": ("", real + cplx),
+        "rotm": ("", real),
+        "rotmg": ("", real),
+        "scal": ("", real + cplx + ("Cs", "Zd")),
+        "swap": ("", real + cplx),
     }
     for op, (pre, types) in lvl1.items():
         for t in types:
             name = f"I{t.lower()}{op}" if pre else f"{t}{op}"
             m[f"cublas{name}"] = f"hipblas{name}"
             m[f"cublas{name}_v2"] = f"hipblas{name}"
-    lvl2_real = ["gemv", "gbmv", "symv", "sbmv", "spmv", "trmv", "tbmv", "tpmv", "trsv", "tbsv", "tpsv", "ger",
-                 "syr", "syr2", "spr", "spr2"]
-    lvl2_cplx = ["gemv", "gbmv", "symv", "trmv", "tbmv", "tpmv", "trsv", "tbsv", "tpsv", "geru", "gerc", "hemv",
-                 "hbmv", "hpmv", "her", "her2", "hpr", "hpr2", "syr", "syr2", "spmv", "spr", "spr2"]
-    lvl3_real = ["gemm", "symm", "syrk", "syr2k", "syrkx", "trmm", "trsm", "geam", "dgmm", "gemmBatched",
-                 "gemmStridedBatched", "trsmBatched", "getrfBatched", "getrsBatched", "getriBatched",
-                 "geqrfBatched", "gelsBatched", "matinvBatched", "gemvBatched", "gemvStridedBatched"]
+    lvl2_real = [
+        "gemv",
+        "gbmv",
+        "symv",
+        "sbmv",
+        "spmv",
+        "trmv",
+        "tbmv",
+        "tpmv",
+        "trsv",
+        "tbsv",
+        "tpsv",
+        "ger",
+        "syr",
+        "syr2",
+        "spr",
+        "spr2",
+    ]
+    lvl2_cplx = [
+        "gemv",
+        "gbmv",
+        "symv",
+        "trmv",
+        "tbmv",
+        "tpmv",
+        "trsv",
+        "tbsv",
+        "tpsv",
+        "geru",
+        "gerc",
+        "hemv",
+        "hbmv",
+        "hpmv",
+        "her",
+        "her2",
+        "hpr",
+        "hpr2",
+        "syr",
+        "syr2",
+        "spmv",
+        "spr",
+        "spr2",
+    ]
+    lvl3_real = [
+        "gemm",
+        "symm",
+        "syrk",
+        "syr2k",
+        "syrkx",
+        "trmm",
+        "trsm",
+        "geam",
+        "dgmm",
+        "gemmBatched",
+        "gemmStridedBatched",
+        "trsmBatched",
+        "getrfBatched",
+        "getrsBatched",
+        "getriBatched",
+        "geqrfBatched",
+        "gelsBatched",
+        "matinvBatched",
+        "gemvBatched",
+        "gemvStridedBatched",
+    ]
     lvl3_cplx = lvl3_real + ["hemm", "herk", "her2k", "herkx", "gemm3m"]
     for t in real:
         for op in lvl2_real + lvl3_real:
@@ -439,73 +611,197 @@ def cublas_names() -> tuple[dict[str, str], dict[str, str]]:
     m["cublasHgemm"] = "hipblasHgemm"
     m["cublasHgemmBatched"] = "hipblasHgemmBatched"
     m["cublasHgemmStridedBatched"] = "hipblasHgemmStridedBatched"
-    for f in ["Create", "Destroy", "SetStream", "GetStream", "SetPointerMode", "GetPointerMode", "GetVersion"]:
+    for f in [
+        "Create",
+        "Destroy",
+        "SetStream",
+        "GetStream",
+        "SetPointerMode",
+        "GetPointerMode",
+        "GetVersion",
+    ]:
         m[f"cublas{f}"] = f"hipblas{f}"
         m[f"cublas{f}_v2"] = f"hipblas{f}"
-    for f in ["SetVector", "GetVector", "SetMatrix", "GetMatrix", "SetVectorAsync", "GetVectorAsync",
-              "SetMatrixAsync", "GetMatrixAsync", "SetAtomicsMode", "GetAtomicsMode", "GemmEx",
-              "GemmBatchedEx", "GemmStridedBatchedEx", "AxpyEx", "DotEx", "DotcEx", "Nrm2Ex", "RotEx",
-              "ScalEx", "TrsmEx"]:
+    for f in [
+        "SetVector",
+        "GetVector",
+        "SetMatrix",
+        "GetMatrix",
+        "SetVectorAsync",
+        "GetVectorAsync",
+        "SetMatrixAsync",
+        "GetMatrixAsync",
+        "SetAtomicsMode",
+        "GetAtomicsMode",
+        "GemmEx",
+        "GemmBatchedEx",
+        "GemmStridedBatchedEx",
+        "AxpyEx",
+        "DotEx",
+        "DotcEx",
+        "Nrm2Ex",
+        "RotEx",
+        "ScalEx",
+        "TrsmEx",
+    ]:
         m[f"cublas{f}"] = f"hipblas{f}"
     m["cublasGetStatusString"] = "hipblasStatusToString"
-    for t in ["Handle_t", "Status_t", "Operation_t", "FillMode_t", "DiagType_t", "SideMode_t",
-              "PointerMode_t", "AtomicsMode_t", "GemmAlgo_t", "ComputeType_t"]:
+    for t in [
+        "Handle_t",
+        "Status_t",
+        "Operation_t",
+        "FillMode_t",
+        "DiagType_t",
+        "SideMode_t",
+        "PointerMode_t",
+        "AtomicsMode_t",
+        "GemmAlgo_t",
+        "ComputeType_t",
+    ]:
         m[f"cublas{t}"] = f"hipblas{t}"
-    for op in ["OP_N", "OP_T", "OP_C", "OP_HERMITAN", "OP_CONJG", "FILL_MODE_UPPER", "FILL_MODE_LOWER",
-               "FILL_MODE_FULL", "DIAG_NON_UNIT", "DIAG_UNIT", "SIDE_LEFT", "SIDE_RIGHT",
-               "POINTER_MODE_HOST", "POINTER_MODE_DEVICE", "ATOMICS_NOT_ALLOWED", "ATOMICS_ALLOWED",
-               "STATUS_SUCCESS", "STATUS_NOT_INITIALIZED", "STATUS_ALLOC_FAILED", "STATUS_INVALID_VALUE",
-               "STATUS_ARCH_MISMATCH", "STATUS_MAPPING_ERROR", "STATUS_EXECUTION_FAILED",
-               "STATUS_INTERNAL_ERROR", "STATUS_NOT_SUPPORTED", "GEMM_DEFAULT", "COMPUTE_16F", "COMPUTE_32F",
-               "COMPUTE_32F_FAST_16F", "COMPUTE_32F_FAST_16BF", "COMPUTE_32F_FAST_TF32", "COMPUTE_64F",
-               "COMPUTE_32I"]:
+    for op in [
+        "OP_N",
+        "OP_T",
+        "OP_C",
+        "OP_HERMITAN",
+        "OP_CONJG",
+        "FILL_MODE_UPPER",
+        "FILL_MODE_LOWER",
+        "FILL_MODE_FULL",
+        "DIAG_NON_UNIT",
+        "DIAG_UNIT",
+        "SIDE_LEFT",
+        "SIDE_RIGHT",
+        "POINTER_MODE_HOST",
+        "POINTER_MODE_DEVICE",
+        "ATOMICS_NOT_ALLOWED",
+        "ATOMICS_ALLOWED",
+        "STATUS_SUCCESS",
+        "STATUS_NOT_INITIALIZED",
+        "STATUS_ALLOC_FAILED",
+        "STATUS_INVALID_VALUE",
+        "STATUS_ARCH_MISMATCH",
+        "STATUS_MAPPING_ERROR",
+        "STATUS_EXECUTION_FAILED",
+        "STATUS_INTERNAL_ERROR",
+        "STATUS_NOT_SUPPORTED",
+        "GEMM_DEFAULT",
+        "COMPUTE_16F",
+        "COMPUTE_32F",
+        "COMPUTE_32F_FAST_16F",
+        "COMPUTE_32F_FAST_16BF",
+        "COMPUTE_32F_FAST_TF32",
+        "COMPUTE_64F",
+        "COMPUTE_32I",
+    ]:
         m[f"CUBLAS_{op}"] = f"HIPBLAS_{op}"
     m["CUBLAS_OP_HERMITAN"] = "HIPBLAS_OP_C"
     m["CUBLAS_OP_CONJG"] = "HIPBLAS_OP_C"
     m["CUBLAS_GEMM_DFALT"] = "HIPBLAS_GEMM_DEFAULT"
     m["CUBLAS_GEMM_DEFAULT_TENSOR_OP"] = "HIPBLAS_GEMM_DEFAULT"
     m["CUBLAS_GEMM_DFALT_TENSOR_OP"] = "HIPBLAS_GEMM_DEFAULT"
-    uns.update({
-        "cublasSetMathMode": "none: remove the call (AMD picks matrix-core paths itself)",
-        "cublasGetMathMode": "none",
-        "cublasMath_t": "none",
-        "CUBLAS_DEFAULT_MATH": "none",
-        "CUBLAS_TENSOR_OP_MATH": "none",
-        "CUBLAS_TF32_TENSOR_OP_MATH": "none",
-        "CUBLAS_PEDANTIC_MATH": "none",
-        "CUBLAS_STATUS_LICENSE_ERROR": "HIPBLAS_STATUS_UNKNOWN",
-        "cublasSetWorkspace": "none in hipBLAS 5.x",
-        "cublasLtCreate": "hipblasLtCreate (hipBLASLt, ROCm >= 5.7, different header)",
-        "cublasLtDestroy": "hipblasLtDestroy (hipBLASLt)",
-        "cublasLtMatmul": "hipblasLtMatmul (hipBLASLt)",
-        "cublasLtHandle_t": "hipblasLtHandle_t (hipBLASLt)",
-        "cublasXtCreate": "none: use hipBLAS per device",
-        "cublasInit": "hipblasCreate (legacy cuBLAS API)",
-        "cublasShutdown": "hipblasDestroy (legacy cuBLAS API)",
-        "cublasAlloc": "hipMalloc (legacy cuBLAS API)",
-        "cublasFree": "hipFree (legacy cuBLAS API)",
-        "cublasGetError": "check the hipblasStatus_t each call returns (legacy cuBLAS API)",
-        "cublasLoggerConfigure": "none",
-    })
+    uns.update(
+        {
+            "cublasSetMathMode": "none: remove the call (AMD picks matrix-core paths itself)",
+            "cublasGetMathMode": "none",
+            "cublasMath_t": "none",
+            "CUBLAS_DEFAULT_MATH": "none",
+            "CUBLAS_TENSOR_OP_MATH": "none",
+            "CUBLAS_TF32_TENSOR_OP_MATH": "none",
+            "CUBLAS_PEDANTIC_MATH": "none",
+            "CUBLAS_STATUS_LICENSE_ERROR": "HIPBLAS_STATUS_UNKNOWN",
+            "cublasSetWorkspace": "none in hipBLAS 5.x",
+            "cublasLtCreate": "hipblasLtCreate (hipBLASLt, ROCm >= 5.7, different header)",
+            "cublasLtDestroy": "hipblasLtDestroy (hipBLASLt)",
+            "cublasLtMatmul": "hipblasLtMatmul (hipBLASLt)",
+            "cublasLtHandle_t": "hipblasLtHandle_t (hipBLASLt)",
+            "cublasXtCreate": "none: use hipBLAS per device",
+            "cublasInit": "hipblasCreate (legacy cuBLAS API)",
+            "cublasShutdown": "hipblasDestroy (legacy cuBLAS API)",
+            "cublasAlloc": "hipMalloc (legacy cuBLAS API)",
+            "cublasFree": "hipFree (legacy cuBLAS API)",
+            "cublasGetError": "check the hipblasStatus_t each call returns (legacy cuBLAS API)",
+            "cublasLoggerConfigure": "none",
+        }
+    )
     return m, uns
 
 
 def cufft_names() -> tuple[dict[str, str], dict[str, str]]:
     """cuFFT -> hipFFT."""
     m: dict[str, str] = {}
-    for f in ["Plan1d", "Plan2d", "Plan3d", "PlanMany", "MakePlan1d", "MakePlan2d", "MakePlan3d", "MakePlanMany",
-              "MakePlanMany64", "Create", "Destroy", "SetStream", "ExecC2C", "ExecR2C", "ExecC2R", "ExecZ2Z",
-              "ExecD2Z", "ExecZ2D", "GetSize", "GetSize1d", "GetSize2d", "GetSize3d", "GetSizeMany",
-              "GetSizeMany64", "Estimate1d", "Estimate2d", "Estimate3d", "EstimateMany", "SetAutoAllocation",
-              "SetWorkArea", "GetVersion", "GetProperty"]:
+    for f in [
+        "Plan1d",
+        "Plan2d",
+        "Plan3d",
+        "PlanMany",
+        "MakePlan1d",
+        "MakePlan2d",
+        "MakePlan3d",
+        "MakePlanMany",
+        "MakePlanMany64",
+        "Create",
+        "Destroy",
+        "SetStream",
+        "ExecC2C",
+        "ExecR2C",
+        "ExecC2R",
+        "ExecZ2Z",
+        "ExecD2Z",
+        "ExecZ2D",
+        "GetSize",
+        "GetSize1d",
+        "GetSize2d",
+        "GetSize3d",
+        "GetSizeMany",
+        "GetSizeMany64",
+        "Estimate1d",
+        "Estimate2d",
+        "Estimate3d",
+        "EstimateMany",
+        "SetAutoAllocation",
+        "SetWorkArea",
+        "GetVersion",
+        "GetProperty",
+    ]:
         m[f"cufft{f}"] = f"hipfft{f}"
-    for t in ["Handle", "Result", "Result_t", "Complex", "DoubleComplex", "Real", "DoubleReal", "Type",
-              "Type_t"]:
+    for t in [
+        "Handle",
+        "Result",
+        "Result_t",
+        "Complex",
+        "DoubleComplex",
+        "Real",
+        "DoubleReal",
+        "Type",
+        "Type_t",
+    ]:
         m[f"cufft{t}"] = f"hipfft{t}"
-    for e in ["SUCCESS", "INVALID_PLAN", "ALLOC_FAILED", "INVALID_TYPE", "INVALID_VALUE", "INTERNAL_ERROR",
-              "EXEC_FAILED", "SETUP_FAILED", "INVALID_SIZE", "UNALIGNED_DATA", "INCOMPLETE_PARAMETER_LIST",
-              "INVALID_DEVICE", "PARSE_ERROR", "NO_WORKSPACE", "NOT_IMPLEMENTED", "NOT_SUPPORTED", "R2C", "C2R",
-              "C2C", "D2Z", "Z2D", "Z2Z", "FORWARD"]:
+    for e in [
+        "SUCCESS",
+        "INVALID_PLAN",
+        "ALLOC_FAILED",
+        "INVALID_TYPE",
+        "INVALID_VALUE",
+        "INTERNAL_ERROR",
+        "EXEC_FAILED",
+        "SETUP_FAILED",
+        "INVALID_SIZE",
+        "UNALIGNED_DATA",
+        "INCOMPLETE_PARAMETER_LIST",
+        "INVALID_DEVICE",
+        "PARSE_ERROR",
+        "NO_WORKSPACE",
+        "NOT_IMPLEMENTED",
+        "NOT_SUPPORTED",
+        "R2C",
+        "C2R",
+        "C2C",
+        "D2Z",
+        "Z2D",
+        "Z2Z",
+        "FORWARD",
+    ]:
         m[f"CUFFT_{e}"] = f"HIPFFT_{e}"
     m["CUFFT_INVERSE"] = "HIPFFT_BACKWARD"
     uns = {
@@ -523,19 +819,77 @@ def cufft_names() -> tuple[dict[str, str], dict[str, str]]:
 def cusolver_names() -> tuple[dict[str, str], dict[str, str]]:
     """cuSOLVER dense -> hipSOLVER (its cusolverDn-compatible 'hipsolverDn' API)."""
     m: dict[str, str] = {}
-    for f in ["Create", "Destroy", "SetStream", "GetStream", "CreateGesvdjInfo", "DestroyGesvdjInfo",
-              "XgesvdjSetTolerance", "XgesvdjSetMaxSweeps", "XgesvdjSetSortEig", "XgesvdjGetResidual",
-              "XgesvdjGetSweeps", "CreateSyevjInfo", "DestroySyevjInfo", "XsyevjSetTolerance",
-              "XsyevjSetMaxSweeps", "XsyevjSetSortEig", "XsyevjGetResidual", "XsyevjGetSweeps"]:
+    for f in [
+        "Create",
+        "Destroy",
+        "SetStream",
+        "GetStream",
+        "CreateGesvdjInfo",
+        "DestroyGesvdjInfo",
+        "XgesvdjSetTolerance",
+        "XgesvdjSetMaxSweeps",
+        "XgesvdjSetSortEig",
+        "XgesvdjGetResidual",
+        "XgesvdjGetSweeps",
+        "CreateSyevjInfo",
+        "DestroySyevjInfo",
+        "XsyevjSetTolerance",
+        "XsyevjSetMaxSweeps",
+        "XsyevjSetSortEig",
+        "XsyevjGetResidual",
+        "XsyevjGetSweeps",
+    ]:
         m[f"cusolverDn{f}"] = f"hipsolverDn{f}"
-    ops_all = ["getrf", "getrs", "potrf", "potrs", "potri", "potrfBatched", "potrsBatched", "geqrf", "gesvd",
-               "gesvdj", "gesvdjBatched", "gebrd", "sytrf", "getrf_bufferSize", "potrf_bufferSize",
-               "potri_bufferSize", "geqrf_bufferSize", "gesvd_bufferSize", "gesvdj_bufferSize",
-               "gesvdjBatched_bufferSize", "gebrd_bufferSize", "sytrf_bufferSize", "gels", "gels_bufferSize"]
-    ops_real = ["orgqr", "ormqr", "orgbr", "orgtr", "ormtr", "syevd", "syevj", "syevjBatched", "sygvd", "sygvj",
-                "sytrd", "orgqr_bufferSize", "ormqr_bufferSize", "orgbr_bufferSize", "orgtr_bufferSize",
-                "ormtr_bufferSize", "syevd_bufferSize", "syevj_bufferSize", "syevjBatched_bufferSize",
-                "sygvd_bufferSize", "sygvj_bufferSize", "sytrd_bufferSize"]
+    ops_all = [
+        "getrf",
+        "getrs",
+        "potrf",
+        "potrs",
+        "potri",
+        "potrfBatched",
+        "potrsBatched",
+        "geqrf",
+        "gesvd",
+        "gesvdj",
+        "gesvdjBatched",
+        "gebrd",
+        "sytrf",
+        "getrf_bufferSize",
+        "potrf_bufferSize",
+        "potri_bufferSize",
+        "geqrf_bufferSize",
+        "gesvd_bufferSize",
+        "gesvdj_bufferSize",
+        "gesvdjBatched_bufferSize",
+        "gebrd_bufferSize",
+        "sytrf_bufferSize",
+        "gels",
+        "gels_bufferSize",
+    ]
+    ops_real = [
+        "orgqr",
+        "ormqr",
+        "orgbr",
+        "orgtr",
+        "ormtr",
+        "syevd",
+        "syevj",
+        "syevjBatched",
+        "sygvd",
+        "sygvj",
+        "sytrd",
+        "orgqr_bufferSize",
+        "ormqr_bufferSize",
+        "orgbr_bufferSize",
+        "orgtr_bufferSize",
+        "ormtr_bufferSize",
+        "syevd_bufferSize",
+        "syevj_bufferSize",
+        "syevjBatched_bufferSize",
+        "sygvd_bufferSize",
+        "sygvj_bufferSize",
+        "sytrd_bufferSize",
+    ]
     ops_cplx = [o.replace("orm", "unm").replace("org", "ung").replace("sy", "he") for o in ops_real]
     for t in ("S", "D", "C", "Z"):
         for op in ops_all + (ops_real if t in "SD" else ops_cplx):
@@ -546,10 +900,23 @@ def cusolver_names() -> tuple[dict[str, str], dict[str, str]]:
     m["cusolverEigType_t"] = "hipsolverEigType_t"
     m["gesvdjInfo_t"] = "hipsolverGesvdjInfo_t"
     m["syevjInfo_t"] = "hipsolverSyevjInfo_t"
-    for e in ["STATUS_SUCCESS", "STATUS_NOT_INITIALIZED", "STATUS_ALLOC_FAILED", "STATUS_INVALID_VALUE",
-              "STATUS_ARCH_MISMATCH", "STATUS_MAPPING_ERROR", "STATUS_EXECUTION_FAILED", "STATUS_INTERNAL_ERROR",
-              "STATUS_NOT_SUPPORTED", "STATUS_ZERO_PIVOT", "EIG_MODE_NOVECTOR", "EIG_MODE_VECTOR",
-              "EIG_TYPE_1", "EIG_TYPE_2", "EIG_TYPE_3"]:
+    for e in [
+        "STATUS_SUCCESS",
+        "STATUS_NOT_INITIALIZED",
+        "STATUS_ALLOC_FAILED",
+        "STATUS_INVALID_VALUE",
+        "STATUS_ARCH_MISMATCH",
+        "STATUS_MAPPING_ERROR",
+        "STATUS_EXECUTION_FAILED",
+        "STATUS_INTERNAL_ERROR",
+        "STATUS_NOT_SUPPORTED",
+        "STATUS_ZERO_PIVOT",
+        "EIG_MODE_NOVECTOR",
+        "EIG_MODE_VECTOR",
+        "EIG_TYPE_1",
+        "EIG_TYPE_2",
+        "EIG_TYPE_3",
+    ]:
         m[f"CUSOLVER_{e}"] = f"HIPSOLVER_{e}"
     uns = {
         "cusolverSpCreate": "none: hipSOLVER has no sparse solver in 5.x (see rocSOLVER/hipSPARSE)",
@@ -565,31 +932,137 @@ def cusolver_names() -> tuple[dict[str, str], dict[str, str]]:
 
 
 CUB_SUPPORTED = [
-    "BlockReduce", "BlockScan", "BlockLoad", "BlockStore", "BlockRadixSort", "BlockExchange", "BlockHistogram",
-    "BlockDiscontinuity", "BlockAdjacentDifference", "BlockShuffle", "BlockRadixRank", "BlockMergeSort",
-    "WarpReduce", "WarpScan", "WarpLoad", "WarpStore", "WarpExchange", "WarpMergeSort",
-    "DeviceReduce", "DeviceScan", "DeviceRadixSort", "DeviceSegmentedReduce", "DeviceSegmentedRadixSort",
-    "DeviceSelect", "DevicePartition", "DeviceHistogram", "DeviceRunLengthEncode", "DeviceSpmv",
-    "DeviceMergeSort", "DeviceSegmentedSort", "DeviceAdjacentDifference", "CachingDeviceAllocator",
-    "Sum", "Max", "Min", "ArgMax", "ArgMin", "KeyValuePair", "CountingInputIterator", "TransformInputIterator",
-    "ConstantInputIterator", "DiscardOutputIterator", "ArgIndexInputIterator", "CacheModifiedInputIterator",
-    "CacheModifiedOutputIterator", "TexObjInputIterator", "TexRefInputIterator", "DoubleBuffer", "Equality",
-    "Inequality", "InequalityWrapper", "CastOp", "SwizzleScanOp", "ReduceBySegmentOp", "ReduceByKeyOp",
-    "Traits", "NumericTraits", "BaseTraits", "RowMajorTid", "LaneId", "WarpId", "CTA_SYNC", "WARP_SYNC",
-    "ThreadLoad", "ThreadStore", "ThreadReduce", "ThreadScanInclusive", "ThreadScanExclusive",
-    "LoadDirectBlocked", "LoadDirectBlockedVectorized", "LoadDirectStriped", "LoadDirectWarpStriped",
-    "StoreDirectBlocked", "StoreDirectBlockedVectorized", "StoreDirectStriped", "StoreDirectWarpStriped",
-    "BLOCK_REDUCE_WARP_REDUCTIONS", "BLOCK_REDUCE_RAKING", "BLOCK_REDUCE_RAKING_COMMUTATIVE_ONLY",
-    "BLOCK_SCAN_RAKING", "BLOCK_SCAN_WARP_SCANS", "BLOCK_SCAN_RAKING_MEMOIZE", "BLOCK_LOAD_DIRECT",
-    "BLOCK_LOAD_VECTORIZE", "BLOCK_LOAD_TRANSPOSE", "BLOCK_LOAD_WARP_TRANSPOSE",
-    "BLOCK_LOAD_WARP_TRANSPOSE_TIMESLICED", "BLOCK_STORE_DIRECT", "BLOCK_STORE_VECTORIZE",
-    "BLOCK_STORE_TRANSPOSE", "BLOCK_STORE_WARP_TRANSPOSE", "BLOCK_STORE_WARP_TRANSPOSE_TIMESLICED",
-    "BLOCK_HISTO_SORT", "BLOCK_HISTO_ATOMIC", "LOAD_DEFAULT", "LOAD_CA", "LOAD_CG", "LOAD_CS", "LOAD_CV",
-    "LOAD_LDG", "LOAD_VOLATILE", "STORE_DEFAULT", "STORE_WB", "STORE_CG", "STORE_CS", "STORE_WT",
-    "STORE_VOLATILE", "WARP_LOAD_DIRECT", "WARP_LOAD_STRIPED", "WARP_LOAD_VECTORIZE", "WARP_LOAD_TRANSPOSE",
-    "WARP_STORE_DIRECT", "WARP_STORE_STRIPED", "WARP_STORE_VECTORIZE", "WARP_STORE_TRANSPOSE", "Int2Type",
-    "Uninitialized", "NullType", "If", "Log2", "PowerOfTwo", "DivideAndRoundUp", "min", "max", "Debug",
-    "PtxVersion", "SmVersion", "MaxSmOccupancy", "RadixSortTwiddle", "FutureValue", "Difference",
+    "BlockReduce",
+    "BlockScan",
+    "BlockLoad",
+    "BlockStore",
+    "BlockRadixSort",
+    "BlockExchange",
+    "BlockHistogram",
+    "BlockDiscontinuity",
+    "BlockAdjacentDifference",
+    "BlockShuffle",
+    "BlockRadixRank",
+    "BlockMergeSort",
+    "WarpReduce",
+    "WarpScan",
+    "WarpLoad",
+    "WarpStore",
+    "WarpExchange",
+    "WarpMergeSort",
+    "DeviceReduce",
+    "DeviceScan",
+    "DeviceRadixSort",
+    "DeviceSegmentedReduce",
+    "DeviceSegmentedRadixSort",
+    "DeviceSelect",
+    "DevicePartition",
+    "DeviceHistogram",
+    "DeviceRunLengthEncode",
+    "DeviceSpmv",
+    "DeviceMergeSort",
+    "DeviceSegmentedSort",
+    "DeviceAdjacentDifference",
+    "CachingDeviceAllocator",
+    "Sum",
+    "Max",
+    "Min",
+    "ArgMax",
+    "ArgMin",
+    "KeyValuePair",
+    "CountingInputIterator",
+    "TransformInputIterator",
+    "ConstantInputIterator",
+    "DiscardOutputIterator",
+    "ArgIndexInputIterator",
+    "CacheModifiedInputIterator",
+    "CacheModifiedOutputIterator",
+    "TexObjInputIterator",
+    "TexRefInputIterator",
+    "DoubleBuffer",
+    "Equality",
+    "Inequality",
+    "InequalityWrapper",
+    "CastOp",
+    "SwizzleScanOp",
+    "ReduceBySegmentOp",
+    "ReduceByKeyOp",
+    "Traits",
+    "NumericTraits",
+    "BaseTraits",
+    "RowMajorTid",
+    "LaneId",
+    "WarpId",
+    "CTA_SYNC",
+    "WARP_SYNC",
+    "ThreadLoad",
+    "ThreadStore",
+    "ThreadReduce",
+    "ThreadScanInclusive",
+    "ThreadScanExclusive",
+    "LoadDirectBlocked",
+    "LoadDirectBlockedVectorized",
+    "LoadDirectStriped",
+    "LoadDirectWarpStriped",
+    "StoreDirectBlocked",
+    "StoreDirectBlockedVectorized",
+    "StoreDirectStriped",
+    "StoreDirectWarpStriped",
+    "BLOCK_REDUCE_WARP_REDUCTIONS",
+    "BLOCK_REDUCE_RAKING",
+    "BLOCK_REDUCE_RAKING_COMMUTATIVE_ONLY",
+    "BLOCK_SCAN_RAKING",
+    "BLOCK_SCAN_WARP_SCANS",
+    "BLOCK_SCAN_RAKING_MEMOIZE",
+    "BLOCK_LOAD_DIRECT",
+    "BLOCK_LOAD_VECTORIZE",
+    "BLOCK_LOAD_TRANSPOSE",
+    "BLOCK_LOAD_WARP_TRANSPOSE",
+    "BLOCK_LOAD_WARP_TRANSPOSE_TIMESLICED",
+    "BLOCK_STORE_DIRECT",
+    "BLOCK_STORE_VECTORIZE",
+    "BLOCK_STORE_TRANSPOSE",
+    "BLOCK_STORE_WARP_TRANSPOSE",
+    "BLOCK_STORE_WARP_TRANSPOSE_TIMESLICED",
+    "BLOCK_HISTO_SORT",
+    "BLOCK_HISTO_ATOMIC",
+    "LOAD_DEFAULT",
+    "LOAD_CA",
+    "LOAD_CG",
+    "LOAD_CS",
+    "LOAD_CV",
+    "LOAD_LDG",
+    "LOAD_VOLATILE",
+    "STORE_DEFAULT",
+    "STORE_WB",
+    "STORE_CG",
+    "STORE_CS",
+    "STORE_WT",
+    "STORE_VOLATILE",
+    "WARP_LOAD_DIRECT",
+    "WARP_LOAD_STRIPED",
+    "WARP_LOAD_VECTORIZE",
+    "WARP_LOAD_TRANSPOSE",
+    "WARP_STORE_DIRECT",
+    "WARP_STORE_STRIPED",
+    "WARP_STORE_VECTORIZE",
+    "WARP_STORE_TRANSPOSE",
+    "Int2Type",
+    "Uninitialized",
+    "NullType",
+    "If",
+    "Log2",
+    "PowerOfTwo",
+    "DivideAndRoundUp",
+    "min",
+    "max",
+    "Debug",
+    "PtxVersion",
+    "SmVersion",
+    "MaxSmOccupancy",
+    "RadixSortTwiddle",
+    "FutureValue",
+    "Difference",
 ]
 CUB_UNSUPPORTED = {
     "DeviceFor": "a plain kernel (hipCUB has no DeviceFor)",
@@ -687,7 +1160,8 @@ CUDNN_UNSUPPORTED = {
     "cudnnSetFilter4dDescriptor": "miopenSet4dTensorDescriptor",
     "cudnnSetConvolution2dDescriptor": "miopenInitConvolutionDescriptor (different argument order)",
     "cudnnConvolutionForward": "miopenFindConvolutionForwardAlgorithm + miopenConvolutionForward",
-    "cudnnConvolutionBackwardData": "miopenFindConvolutionBackwardDataAlgorithm + miopenConvolutionBackwardData",
+    "cudnnConvolutionBackwardData": "miopenFindConvolutionBackwardDataAlgorithm + "
+    "miopenConvolutionBackwardData",
     "cudnnConvolutionBackwardFilter": "miopenFindConvolutionBackwardWeightsAlgorithm + "
     "miopenConvolutionBackwardWeights",
     "cudnnGetConvolutionForwardAlgorithm_v7": "miopenFindConvolutionForwardAlgorithm",
@@ -741,11 +1215,27 @@ INCLUDES = {
     "cudnn.h": "miopen/miopen.h",
     "nccl.h": "rccl/rccl.h",
 }
-for _sub in ["block/block_reduce", "block/block_scan", "block/block_load", "block/block_store",
-             "block/block_radix_sort", "block/block_exchange", "warp/warp_reduce", "warp/warp_scan",
-             "device/device_reduce", "device/device_scan", "device/device_radix_sort", "device/device_select",
-             "device/device_segmented_reduce", "device/device_segmented_radix_sort", "util_allocator",
-             "iterator/counting_input_iterator", "iterator/transform_input_iterator", "util_type", "util_ptx"]:
+for _sub in [
+    "block/block_reduce",
+    "block/block_scan",
+    "block/block_load",
+    "block/block_store",
+    "block/block_radix_sort",
+    "block/block_exchange",
+    "warp/warp_reduce",
+    "warp/warp_scan",
+    "device/device_reduce",
+    "device/device_scan",
+    "device/device_radix_sort",
+    "device/device_select",
+    "device/device_segmented_reduce",
+    "device/device_segmented_radix_sort",
+    "util_allocator",
+    "iterator/counting_input_iterator",
+    "iterator/transform_input_iterator",
+    "util_type",
+    "util_ptx",
+]:
     INCLUDES[f"cub/{_sub}.cuh"] = "hipcub/hipcub.hpp"
 INCLUDES_UNSUPPORTED = {
     "cuda_bf16.h": "hip/hip_bfloat16.h (hip_bfloat16 class) or hip/hip_bf16.h (HIP >= 5.7)",
@@ -791,9 +1281,12 @@ def runtime_tables(cuda_rt: set[str], cuda_funcs: set[str]) -> tuple[dict, dict]
         if hip is None and "hip" + name[4:] in HIP:
             hip = "hip" + name[4:]
         if hip is None and name.startswith("cudaDevAttr"):
-            rest = name[len("cudaDevAttr"):]
-            for cand in (rest, rest.replace("SharedMemory", "SharedMem"),
-                         rest.replace("MaxSharedMemoryPerBlockOptin", "SharedMemPerBlockOptin")):
+            rest = name[len("cudaDevAttr") :]
+            for cand in (
+                rest,
+                rest.replace("SharedMemory", "SharedMem"),
+                rest.replace("MaxSharedMemoryPerBlockOptin", "SharedMemPerBlockOptin"),
+            ):
                 hip = attr_ci.get(("hipDeviceAttribute" + cand).lower())
                 if hip:
                     break
@@ -804,8 +1297,16 @@ def runtime_tables(cuda_rt: set[str], cuda_funcs: set[str]) -> tuple[dict, dict]
     for name in RUNTIME_LEGACY:
         if name in cuda_rt and name not in RUNTIME_OVERRIDES:
             continue
-        tab = types if name[4:5].isupper() and not re.search(r"[a-z](Texture|Array|Config|Argument|Object|Flags"
-                                                                r"|Limit|Reference|Call)", name) else funcs
+        tab = (
+            types
+            if name[4:5].isupper()
+            and not re.search(
+                r"[a-z](Texture|Array|Config|Argument|Object|Flags"
+                r"|Limit|Reference|Call)",
+                name,
+            )
+            else funcs
+        )
         if name.startswith(("cudaRead", "cudaFilter", "cudaShared", "cudaError", "texture", "surface")):
             tab = types
         hip = RUNTIME_OVERRIDES.get(name) or ("hip" + name[4:] if name.startswith("cuda") else None)
@@ -818,8 +1319,12 @@ def runtime_tables(cuda_rt: set[str], cuda_funcs: set[str]) -> tuple[dict, dict]
             tab["unsupported"][name] = RUNTIME_UNSUPPORTED_ALT.get(name, "")
     for name, hip in RUNTIME_OVERRIDES.items():
         if hip in HIP and name not in funcs["map"] and name not in types["map"]:
-            (funcs if name in cuda_funcs or name.startswith(("cudaThread", "cudaMalloc", "cudaFree",
-                                                            "cudaHostAlloc(")) else types)["map"][name] = hip
+            (
+                funcs
+                if name in cuda_funcs
+                or name.startswith(("cudaThread", "cudaMalloc", "cudaFree", "cudaHostAlloc("))
+                else types
+            )["map"][name] = hip
     for name, alt in RUNTIME_UNSUPPORTED_ALT.items():
         is_type = name in cuda_rt and name not in cuda_funcs
         (types if is_type else funcs)["unsupported"].setdefault(name, alt)
@@ -862,7 +1367,7 @@ def _struct_fields(path: Path, start: str, end: str) -> set[str]:
         return set()
     text = path.read_text(errors="replace")
     i = text.index(start)
-    body = text[i:text.index(end, i)]
+    body = text[i : text.index(end, i)]
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
     body = re.sub(r"//.*", "", body)
     return set(re.findall(r"(\w+)\s*(?:\[[^\]]*\])*\s*;", body))
@@ -876,7 +1381,9 @@ PROP_RENAMED = {
 def device_prop_members() -> dict:
     """cudaDeviceProp fields that hipDeviceProp_t lacks (or names differently)."""
     cuda = _struct_fields(CUDA_INC / "driver_types.h", "struct __device_builtin__ cudaDeviceProp", "};")
-    hip = _struct_fields(HIP_INC / "hip_runtime_api.h", "typedef struct hipDeviceProp_t", "} hipDeviceProp_t;")
+    hip = _struct_fields(
+        HIP_INC / "hip_runtime_api.h", "typedef struct hipDeviceProp_t", "} hipDeviceProp_t;"
+    )
     attr_ci = ci_lookup({n for n in HIP if n.startswith("hipDeviceAttribute")})
     renamed = {k: v for k, v in PROP_RENAMED.items() if v in hip}
     missing = {}
@@ -892,8 +1399,13 @@ def driver_table(cuda_drv: set[str], cuda_funcs: set[str]) -> dict:
     err_ci = ci_lookup({n for n in HIP if n.startswith("hipError")})
     attr_ci = ci_lookup({n for n in HIP if n.startswith("hipDeviceAttribute")})
     for name in sorted(cuda_drv):
-        if re.search(r"_(ptsz|ptds)$", name) or name.startswith("PFN_") or name.endswith("_enum") or \
-                name.endswith("_st") or re.search(r"_v\d+_st$", name):
+        if (
+            re.search(r"_(ptsz|ptds)$", name)
+            or name.startswith("PFN_")
+            or name.endswith("_enum")
+            or name.endswith("_st")
+            or re.search(r"_v\d+_st$", name)
+        ):
             continue
         hip = DRIVER_OVERRIDES.get(name)
         if hip is None and re.match(r"cu[A-Z]", name) and name in cuda_funcs:
@@ -903,9 +1415,9 @@ def driver_table(cuda_drv: set[str], cuda_funcs: set[str]) -> dict:
                     hip = cand
                     break
         elif hip is None and name.startswith("CUDA_ERROR_"):
-            hip = err_ci.get(("hipError" + camel(name[len("CUDA_ERROR_"):])).lower())
+            hip = err_ci.get(("hipError" + camel(name[len("CUDA_ERROR_") :])).lower())
         elif hip is None and name.startswith("CU_DEVICE_ATTRIBUTE_"):
-            hip = attr_ci.get(("hipDeviceAttribute" + camel(name[len("CU_DEVICE_ATTRIBUTE_"):])).lower())
+            hip = attr_ci.get(("hipDeviceAttribute" + camel(name[len("CU_DEVICE_ATTRIBUTE_") :])).lower())
         elif hip is None and name.startswith("CUDA_") and "HIP_" + name[5:] in HIP:
             hip = "HIP_" + name[5:]
         elif hip is None and name.startswith("CU_") and "HIP_" + name[3:] in HIP:
@@ -923,17 +1435,36 @@ def driver_table(cuda_drv: set[str], cuda_funcs: set[str]) -> dict:
         tab["map"][k] = v
         tab["unsupported"].pop(k, None)
     # NVRTC -> HIPRTC
-    for name in ["nvrtcCreateProgram", "nvrtcDestroyProgram", "nvrtcCompileProgram", "nvrtcGetProgramLog",
-                 "nvrtcGetProgramLogSize", "nvrtcGetErrorString", "nvrtcVersion", "nvrtcAddNameExpression",
-                 "nvrtcGetLoweredName", "nvrtcProgram", "nvrtcResult"]:
+    for name in [
+        "nvrtcCreateProgram",
+        "nvrtcDestroyProgram",
+        "nvrtcCompileProgram",
+        "nvrtcGetProgramLog",
+        "nvrtcGetProgramLogSize",
+        "nvrtcGetErrorString",
+        "nvrtcVersion",
+        "nvrtcAddNameExpression",
+        "nvrtcGetLoweredName",
+        "nvrtcProgram",
+        "nvrtcResult",
+    ]:
         cand = "hiprtc" + name[5:]
         if cand in HIP:
             tab["map"][name] = cand
-    for name in ["SUCCESS", "ERROR_OUT_OF_MEMORY", "ERROR_PROGRAM_CREATION_FAILURE", "ERROR_INVALID_INPUT",
-                 "ERROR_INVALID_PROGRAM", "ERROR_INVALID_OPTION", "ERROR_COMPILATION",
-                 "ERROR_BUILTIN_OPERATION_FAILURE", "ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION",
-                 "ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION", "ERROR_NAME_EXPRESSION_NOT_VALID",
-                 "ERROR_INTERNAL_ERROR"]:
+    for name in [
+        "SUCCESS",
+        "ERROR_OUT_OF_MEMORY",
+        "ERROR_PROGRAM_CREATION_FAILURE",
+        "ERROR_INVALID_INPUT",
+        "ERROR_INVALID_PROGRAM",
+        "ERROR_INVALID_OPTION",
+        "ERROR_COMPILATION",
+        "ERROR_BUILTIN_OPERATION_FAILURE",
+        "ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION",
+        "ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION",
+        "ERROR_NAME_EXPRESSION_NOT_VALID",
+        "ERROR_INTERNAL_ERROR",
+    ]:
         if "HIPRTC_" + name in HIP:
             tab["map"]["NVRTC_" + name] = "HIPRTC_" + name
     return tab
@@ -947,12 +1478,31 @@ def device_table() -> dict:
     for name in sorted(funcs):
         if not re.match(r"(__[a-z][a-z0-9_]*|atomic[A-Z]\w*)$", name):
             continue
-        if name.startswith(("__cuda", "__nv_", "__internal", "__builtin", "__attribute", "__declspec",
-                            "__u_", "__fn", "__fcvt", "__ull2", "__cudart")) or name in DEVICE_REWRITE:
+        if (
+            name.startswith(
+                (
+                    "__cuda",
+                    "__nv_",
+                    "__internal",
+                    "__builtin",
+                    "__attribute",
+                    "__declspec",
+                    "__u_",
+                    "__fn",
+                    "__fcvt",
+                    "__ull2",
+                    "__cudart",
+                )
+            )
+            or name in DEVICE_REWRITE
+        ):
             continue
-        if re.search(r"_impl$|^__(cu_va|host_|device_|name__|text_var|libcpp|has_|is_trivially|cmath|pow_helper|"
-                     r"get_storage|assert|float_simpl|pad__|loc_sc|annotate|location|block_size|isnan|isinf|"
-                     r"isfinite|finite|signbit|[a-z]mma_|mma_|bmma|imma|hmma|dmma)", name):
+        if re.search(
+            r"_impl$|^__(cu_va|host_|device_|name__|text_var|libcpp|has_|is_trivially|cmath|pow_helper|"
+            r"get_storage|assert|float_simpl|pad__|loc_sc|annotate|location|block_size|isnan|isinf|"
+            r"isfinite|finite|signbit|[a-z]mma_|mma_|bmma|imma|hmma|dmma)",
+            name,
+        ):
             continue
         if name.endswith("_sync") and name not in DEVICE_UNSUPPORTED_ALT:
             unsupported[name] = ""
@@ -972,11 +1522,15 @@ def mirror_table(hip_headers: list[Path], lower: str, upper: str, hlower: str, h
     hipnames = idents(hip_headers)
     tab: dict[str, dict] = {"map": {}, "unsupported": {}}
     for name in sorted(hipnames):
-        if name.startswith(hlower) and not name.endswith(("_H_", "_EXPORTS")) and "hcc" not in name \
-                and "nvcc" not in name:
-            tab["map"][lower + name[len(hlower):]] = name
+        if (
+            name.startswith(hlower)
+            and not name.endswith(("_H_", "_EXPORTS"))
+            and "hcc" not in name
+            and "nvcc" not in name
+        ):
+            tab["map"][lower + name[len(hlower) :]] = name
         elif name.startswith(hupper + "_") and not name.endswith("_H_") and "DOC" not in name:
-            tab["map"][upper + name[len(hupper):]] = name
+            tab["map"][upper + name[len(hupper) :]] = name
     return tab
 
 
@@ -999,15 +1553,25 @@ def main() -> None:
     types["struct_members"] = device_prop_members()
     write("types", "CUDA types, enums and macros", types, "hip")
     drv_headers = [CUDA_INC / "cuda.h", CUDA_INC / "cudaProfiler.h"]
-    write("driver", "CUDA driver API and NVRTC", driver_table(idents(drv_headers), functions(drv_headers)), "hip")
+    write(
+        "driver",
+        "CUDA driver API and NVRTC",
+        driver_table(idents(drv_headers), functions(drv_headers)),
+        "hip",
+    )
     write("device", "CUDA device functions and intrinsics", device_table(), "hip")
-    rand = mirror_table([Path(p) for p in glob.glob("/usr/include/hiprand/*.h")], "curand", "CURAND", "hiprand",
-                        "HIPRAND")
-    rand["map"] = {k: v for k, v in rand["map"].items() if k not in ("curand_hcc", "curand_kernel_hcc",
-                                                                    "curand_name", "curand_version")}
+    rand = mirror_table(
+        [Path(p) for p in glob.glob("/usr/include/hiprand/*.h")], "curand", "CURAND", "hiprand", "HIPRAND"
+    )
+    rand["map"] = {
+        k: v
+        for k, v in rand["map"].items()
+        if k not in ("curand_hcc", "curand_kernel_hcc", "curand_name", "curand_version")
+    }
     write("curand", "cuRAND -> hipRAND", rand, "hiprand")
-    sparse = mirror_table([Path("/usr/include/hipsparse/hipsparse.h")], "cusparse", "CUSPARSE", "hipsparse",
-                          "HIPSPARSE")
+    sparse = mirror_table(
+        [Path("/usr/include/hipsparse/hipsparse.h")], "cusparse", "CUSPARSE", "hipsparse", "HIPSPARSE"
+    )
     write("cusparse", "cuSPARSE -> hipSPARSE", sparse, "hipsparse")
     m, u = cublas_names()
     write("cublas", "cuBLAS -> hipBLAS", {"map": m, "unsupported": u}, "")
@@ -1015,10 +1579,23 @@ def main() -> None:
     write("cufft", "cuFFT -> hipFFT", {"map": m, "unsupported": u}, "")
     m, u = cusolver_names()
     write("cusolver", "cuSOLVER -> hipSOLVER", {"map": m, "unsupported": u}, "")
-    write("cub", "CUB -> hipCUB", {"namespace": {"cub": "hipcub"}, "map": CUB_MACROS,
-                                   "members": sorted(CUB_SUPPORTED), "unsupported": CUB_UNSUPPORTED}, "")
-    write("cudnn", "cuDNN -> MIOpen (one-to-one only)", {"map": CUDNN_MAP, "unsupported": CUDNN_UNSUPPORTED}, "")
-    write("includes", "CUDA headers -> HIP headers", {"map": INCLUDES, "unsupported": INCLUDES_UNSUPPORTED}, "")
+    write(
+        "cub",
+        "CUB -> hipCUB",
+        {
+            "namespace": {"cub": "hipcub"},
+            "map": CUB_MACROS,
+            "members": sorted(CUB_SUPPORTED),
+            "unsupported": CUB_UNSUPPORTED,
+        },
+        "",
+    )
+    write(
+        "cudnn", "cuDNN -> MIOpen (one-to-one only)", {"map": CUDNN_MAP, "unsupported": CUDNN_UNSUPPORTED}, ""
+    )
+    write(
+        "includes", "CUDA headers -> HIP headers", {"map": INCLUDES, "unsupported": INCLUDES_UNSUPPORTED}, ""
+    )
     for p in sorted(OUT.glob("*.json")):
         d = json.loads(p.read_text())
         print(f"{p.name:16} map={len(d.get('map', {})):5} unsupported={len(d.get('unsupported', {})):5}")
