@@ -55,8 +55,13 @@ def machine() -> dict[str, Any]:
     from ember.target import Target
 
     t = Target("llvm")
-    return {"cpu": t.mcpu, "vector_bits": t.vector_bits, "threads": t.num_threads, "python": platform.python_version(),
-            "platform": platform.platform()}
+    return {
+        "cpu": t.mcpu,
+        "vector_bits": t.vector_bits,
+        "threads": t.num_threads,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:

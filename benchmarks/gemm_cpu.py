@@ -69,23 +69,31 @@ def main() -> None:
         err = float(np.abs(c.numpy() - ref).max() / np.abs(ref).max())
         assert err < 1e-5, f"ember GEMM wrong at {M}x{N}x{K}: rel err {err}"
         out = np.empty((M, N), dtype=np.float32)
-        t = interleaved({"ember": lambda: f(a, b, c), "openblas": lambda: np.matmul(A, B, out=out)})
+        t = interleaved(
+            {
+                "ember": lambda f=f, a=a, b=b, c=c: f(a, b, c),
+                "openblas": lambda A=A, B=B, out=out: np.matmul(A, B, out=out),
+            }
+        )
         flops = 2.0 * M * N * K
-        rows.append({
-            "M": M, "N": N, "K": K,
-            "ember_gflops": round(flops / t["ember"] / 1e9, 1),
-            "openblas_gflops": round(flops / t["openblas"] / 1e9, 1),
-            "ratio": round(t["openblas"] / t["ember"], 3),
-            "max_rel_err": err,
-        })
+        rows.append(
+            {
+                "M": M,
+                "N": N,
+                "K": K,
+                "ember_gflops": round(flops / t["ember"] / 1e9, 1),
+                "openblas_gflops": round(flops / t["openblas"] / 1e9, 1),
+                "ratio": round(t["openblas"] / t["ember"], 3),
+                "max_rel_err": err,
+            }
+        )
         print(table(rows[-1:], list(rows[-1].keys())), flush=True)
     ct = compile_times()
     print()
     print(table(rows, ["M", "N", "K", "ember_gflops", "openblas_gflops", "ratio"]))
     print(f"\ncompile time, cache off: vector add {ct['vector_add']:.3f} s, GEMM {ct['gemm_1024']:.3f} s")
     if not opts.quick:
-        path = write_result("gemm_cpu", {"threads": THREADS, "blas": blas_info(), "rows": rows,
-                                         "compile_time_s": ct})
+        path = write_result("gemm_cpu", {"threads": THREADS, "blas": blas_info(), "rows": rows, "compile_time_s": ct})
         print(f"wrote {path}")
 
 

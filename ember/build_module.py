@@ -65,12 +65,22 @@ def _build_cpu(funcs: list[PrimFunc], tgt: Target, use_cache: bool, cache_dir: A
         hit = cache.load(root, key)
         if hit is not None:
             try:
-                compiled = CompiledCPU(hit["module.ll"].decode(), hit["module.o"], json.loads(hit["sigs.json"]), str(tgt))
+                compiled = CompiledCPU(
+                    hit["module.ll"].decode(), hit["module.o"], json.loads(hit["sigs.json"]), str(tgt)
+                )
                 return jit_module(compiled, loop_ir, tgt)
             except (KeyError, ValueError, EmberError):
                 pass  # a bad entry is rebuilt below
     compiled = compile_cpu(funcs, tgt, funcs[0].name)
     if root is not None:
-        cache.store(root, key, {"module.ll": compiled.llvm_ir.encode(), "module.o": compiled.obj,
-                                "sigs.json": json.dumps(compiled.functions).encode()}, {"target": str(tgt)})
+        cache.store(
+            root,
+            key,
+            {
+                "module.ll": compiled.llvm_ir.encode(),
+                "module.o": compiled.obj,
+                "sigs.json": json.dumps(compiled.functions).encode(),
+            },
+            {"target": str(tgt)},
+        )
     return jit_module(compiled, loop_ir, tgt)

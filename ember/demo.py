@@ -40,8 +40,9 @@ def gemm_schedule(M: int, N: int, K: int, target: Target | None = None) -> tuple
     B = te.placeholder((K, N), name="B")
     # Pack B into [N / nr, K, nr] panels so the inner kernel reads it contiguously.
     npanel = (N + nr - 1) // nr
-    Bp = te.compute((npanel, K, nr), lambda jo, k, ji: te.if_then_else(jo * nr + ji < N, B[k, jo * nr + ji], 0.0),
-                    name="B_packed")
+    Bp = te.compute(
+        (npanel, K, nr), lambda jo, k, ji: te.if_then_else(jo * nr + ji < N, B[k, jo * nr + ji], 0.0), name="B_packed"
+    )
     k = te.reduce_axis((0, K), name="k")
     C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k), name="C")
     s = te.create_schedule(C.op)
@@ -77,8 +78,10 @@ def _best_time(fn, repeat: int = 5) -> float:
 def main() -> int:
     """Run the demo; returns a process exit code."""
     dev = cpu(0)
-    print("ember demo: vector add and GEMM on the CPU (target llvm, "
-          f"cpu {Target('llvm').mcpu}, {Target('llvm').num_threads} threads)\n")
+    print(
+        "ember demo: vector add and GEMM on the CPU (target llvm, "
+        f"cpu {Target('llvm').mcpu}, {Target('llvm').num_threads} threads)\n"
+    )
     s, args = vector_add_schedule()
     fadd = build(s, args, target="llvm", name="myadd")
     n = 1 << 24

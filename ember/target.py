@@ -54,7 +54,9 @@ class Target:
                 raise TargetError(f"target option {p!r} in {spec!r} is not of the form -key=value")
             key, value = m.group(1), m.group(2) or ""
             if key not in ("mcpu", "mattr", "arch", "mtriple", "num_threads", "keys"):
-                raise TargetError(f"unknown target option -{key} in {spec!r} (known: -mcpu, -mattr, -arch, -mtriple, -num_threads)")
+                raise TargetError(
+                    f"unknown target option -{key} in {spec!r} (known: -mcpu, -mattr, -arch, -mtriple, -num_threads)"
+                )
             opts[key] = value
         if kind == "cuda":
             arch = opts.get("arch") or _default_cuda_arch()
@@ -173,8 +175,16 @@ class Target:
     @property
     def peak_gflops_fp32(self) -> float:
         """Nominal fp32 peak (GFLOP/s), used for roofline estimates."""
-        table = {"sm_90": 67000.0, "sm_90a": 67000.0, "sm_80": 19500.0, "sm_86": 35600.0, "sm_89": 82600.0,
-                 "gfx942": 163400.0, "gfx90a": 47900.0, "gfx1100": 61400.0}
+        table = {
+            "sm_90": 67000.0,
+            "sm_90a": 67000.0,
+            "sm_80": 19500.0,
+            "sm_86": 35600.0,
+            "sm_89": 82600.0,
+            "gfx942": 163400.0,
+            "gfx90a": 47900.0,
+            "gfx1100": 61400.0,
+        }
         if self.is_gpu:
             return table.get(self.mcpu, 10000.0)
         lanes = self.vector_lanes(32)
@@ -184,16 +194,29 @@ class Target:
     @property
     def peak_bandwidth_gbs(self) -> float:
         """Nominal memory bandwidth (GB/s)."""
-        table = {"sm_90": 3350.0, "sm_90a": 3350.0, "sm_80": 2039.0, "gfx942": 5300.0, "gfx90a": 3277.0, "gfx1100": 960.0}
+        table = {
+            "sm_90": 3350.0,
+            "sm_90a": 3350.0,
+            "sm_80": 2039.0,
+            "gfx942": 5300.0,
+            "gfx90a": 3277.0,
+            "gfx1100": 960.0,
+        }
         return table.get(self.mcpu, 100.0 if not self.is_gpu else 1000.0)
 
 
 def _features_of_cpu(mcpu: str) -> set[str]:
-    base = {"x86-64-v3": {"avx", "avx2", "fma"}, "x86-64-v4": {"avx", "avx2", "fma", "avx512f"},
-            "haswell": {"avx", "avx2", "fma"}, "skylake": {"avx", "avx2", "fma"},
-            "skylake-avx512": {"avx", "avx2", "fma", "avx512f"}, "icelake-server": {"avx", "avx2", "fma", "avx512f"},
-            "sapphirerapids": {"avx", "avx2", "fma", "avx512f"}, "znver3": {"avx", "avx2", "fma"},
-            "znver4": {"avx", "avx2", "fma", "avx512f"}}
+    base = {
+        "x86-64-v3": {"avx", "avx2", "fma"},
+        "x86-64-v4": {"avx", "avx2", "fma", "avx512f"},
+        "haswell": {"avx", "avx2", "fma"},
+        "skylake": {"avx", "avx2", "fma"},
+        "skylake-avx512": {"avx", "avx2", "fma", "avx512f"},
+        "icelake-server": {"avx", "avx2", "fma", "avx512f"},
+        "sapphirerapids": {"avx", "avx2", "fma", "avx512f"},
+        "znver3": {"avx", "avx2", "fma"},
+        "znver4": {"avx", "avx2", "fma", "avx512f"},
+    }
     return set(base.get(mcpu, set()))
 
 

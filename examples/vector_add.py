@@ -25,6 +25,6 @@ b = ember.nd.array(np.random.uniform(size=1027).astype(B.dtype), dev)
 c = ember.nd.array(np.zeros(1027, dtype="float32"), dev)
 fadd(a, b, c)
 np.testing.assert_allclose(c.numpy(), a.numpy() + b.numpy())
-print(fadd.get_source("ir"))       # loop IR
+print(fadd.get_source("ir"))  # loop IR
 print(fadd.get_source("llvm")[:600])  # LLVM IR (optimised)
 print("vector add matches NumPy")

@@ -63,7 +63,10 @@ def const_bound(e: Any, ranges: dict[E.Var, Bound] | None = None) -> Bound:
         if isinstance(e, E.Div):  # truncation: same as floor for non-negative values
             if lo is not None and lo >= 0:
                 return (lo // c, _floordiv(hi, c))
-            return (None if lo is None else -((-lo) // c), None if hi is None else (hi // c if hi >= 0 else -((-hi) // c)))
+            return (
+                None if lo is None else -((-lo) // c),
+                None if hi is None else (hi // c if hi >= 0 else -((-hi) // c)),
+            )
         return (_floordiv(lo, c), _floordiv(hi, c))
     if isinstance(e, E.FloorMod) and isinstance(e.b, E.IntImm) and e.b.value > 0:
         c = e.b.value

@@ -173,7 +173,11 @@ def promote(a: DataType, b: DataType) -> DataType:
         f, i = (a, b) if a.is_float else (b, a)
         # NumPy: int8/uint8 with float16 -> float16, int16 -> float32, int32/64 -> float64.
         need = {8: 16, 16: 32, 32: 64, 64: 64}[i.bits]
-        out = f if f.bits >= need and f.kind == "float" else DataType("float", max(need, 32 if f.kind == "bfloat" else f.bits))
+        out = (
+            f
+            if f.bits >= need and f.kind == "float"
+            else DataType("float", max(need, 32 if f.kind == "bfloat" else f.bits))
+        )
     elif a.kind == b.kind:
         out = a if a.bits >= b.bits else b
     else:

@@ -445,7 +445,11 @@ def cast(target: str | DataType, value: Any) -> PrimExpr:
     if v.dtype == t:
         return v
     if isinstance(v, IntImm) and t.lanes == 1:
-        return const(v.value if not t.is_bool else bool(v.value), t) if not t.is_int or t.min_value() <= v.value <= t.max_value() else Cast(t, v)
+        return (
+            const(v.value if not t.is_bool else bool(v.value), t)
+            if not t.is_int or t.min_value() <= v.value <= t.max_value()
+            else Cast(t, v)
+        )
     if isinstance(v, FloatImm) and t.is_float and t.lanes == 1:
         return const(v.value, t)
     return Cast(t, v)

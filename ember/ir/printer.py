@@ -8,8 +8,19 @@ from . import expr as E
 from . import stmt as S
 
 _BIN = {
-    E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/", E.Mod: "%", E.FloorDiv: "//", E.FloorMod: "%%",
-    E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.And: "and", E.Or: "or",
+    E.Add: "+",
+    E.Sub: "-",
+    E.Mul: "*",
+    E.Div: "/",
+    E.Mod: "%",
+    E.FloorDiv: "//",
+    E.FloorMod: "%%",
+    E.EQ: "==",
+    E.NE: "!=",
+    E.LT: "<",
+    E.LE: "<=",
+    E.And: "and",
+    E.Or: "or",
 }
 
 

@@ -22,7 +22,11 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 def _child_fields(cls: type) -> tuple[str, ...]:
     names = _FIELDS.get(cls)
     if names is None:
-        names = tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("dtype", "buffer", "producer", "combiner", "axis", "uid", "name"))
+        names = tuple(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in ("dtype", "buffer", "producer", "combiner", "axis", "uid", "name")
+        )
         _FIELDS[cls] = names
     return names
 

@@ -47,7 +47,9 @@ class _Flatten(Mutator):
             )
         buf, mins = entry
         if len(indices) != len(buf.shape):
-            raise LoweringError(f"tensor {what.name} accessed with {len(indices)} indices, has {len(buf.shape)} dimensions")
+            raise LoweringError(
+                f"tensor {what.name} accessed with {len(indices)} indices, has {len(buf.shape)} dimensions"
+            )
         idx_t = _index_dtype(buf.shape)
         strides = _strides(buf, idx_t)
         flat: E.PrimExpr = E.const(0, idx_t)

@@ -32,7 +32,11 @@ def unroll_loops(stmt: S.Stmt, max_unroll: int = 256) -> S.Stmt:
             if s.kind is S.ForKind.UNROLLED:
                 ext = simplify(s.extent)
                 if isinstance(ext, E.IntImm) and ext.value <= max_unroll:
-                    return S.seq(*[substitute(body, {s.loop_var: simplify(s.min + k)}) for k in range(ext.value)]) if ext.value else S.NOP
+                    return (
+                        S.seq(*[substitute(body, {s.loop_var: simplify(s.min + k)}) for k in range(ext.value)])
+                        if ext.value
+                        else S.NOP
+                    )
                 return S.For(s.loop_var, s.min, s.extent, S.ForKind.SERIAL, body, "", s.annotations)
             if body is s.body:
                 return s
@@ -84,7 +88,12 @@ class _VecExpr(Mutator):
             if rb and a.dtype.lanes == 1 and isinstance(e, E.Add):
                 return E.Ramp(simplify(E.Add(a, b.base, b.base.dtype)), b.stride, self.lanes, b.dtype)
             if ra and rb:
-                return E.Ramp(simplify(type(e)(a.base, b.base, a.base.dtype)), simplify(type(e)(a.stride, b.stride, a.stride.dtype)), self.lanes, a.dtype)
+                return E.Ramp(
+                    simplify(type(e)(a.base, b.base, a.base.dtype)),
+                    simplify(type(e)(a.stride, b.stride, a.stride.dtype)),
+                    self.lanes,
+                    a.dtype,
+                )
         if isinstance(e, E.Mul):
             if isinstance(a, E.Ramp) and b.dtype.lanes == 1:
                 return E.Ramp(simplify(a.base * b), simplify(a.stride * b), self.lanes, a.dtype)
@@ -105,7 +114,9 @@ class _VecExpr(Mutator):
         if v.dtype.lanes == 1:
             return e if v is e.value else E.Cast(e.dtype, v)
         if isinstance(v, E.Ramp) and e.dtype.is_int:
-            return E.Ramp(E.cast(e.dtype, v.base), E.cast(e.dtype, v.stride), self.lanes, e.dtype.with_lanes(self.lanes))
+            return E.Ramp(
+                E.cast(e.dtype, v.base), E.cast(e.dtype, v.stride), self.lanes, e.dtype.with_lanes(self.lanes)
+            )
         return E.Cast(e.dtype.with_lanes(self.lanes), v)
 
     def visit_Select(self, e: E.Select) -> E.PrimExpr:
@@ -217,7 +228,11 @@ def vectorize_loops(stmt: S.Stmt) -> S.Stmt:
         def visit_For(self, s: S.For) -> S.Stmt:
             body = self.visit(s.body)
             if s.kind is not S.ForKind.VECTORIZED:
-                return s if body is s.body else S.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag, s.annotations)
+                return (
+                    s
+                    if body is s.body
+                    else S.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag, s.annotations)
+                )
             serial = S.For(s.loop_var, s.min, s.extent, S.ForKind.SERIAL, body, "", s.annotations)
             ext = simplify(s.extent)
             if not isinstance(ext, E.IntImm) or ext.value <= 1:

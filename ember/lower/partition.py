@@ -132,7 +132,9 @@ class _Partition(Mutator):
                 keys.add(structural_key(g))
         if not points:
             body = self.visit(s.body)
-            return s if body is s.body else S.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag, s.annotations)
+            return (
+                s if body is s.body else S.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag, s.annotations)
+            )
         end = simplify(s.min + s.extent)
         split = points[0]
         for p in points[1:]:

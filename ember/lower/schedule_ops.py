@@ -117,14 +117,16 @@ class _Lowering:
         vmap = {iv.var: cinfo.root_ranges[iv].min + root_vals[iv] for iv in consumer.root_iter_vars}
         pos = consumer.leaf_iter_vars.index(st.attach_ivar)
         relax: dict[E.Var, tuple[E.PrimExpr, E.PrimExpr]] = {}
-        for iv in consumer.leaf_iter_vars[pos + 1:]:
+        for iv in consumer.leaf_iter_vars[pos + 1 :]:
             relax[iv.var] = (E.const(0), simplify(leaves[iv].extent - 1))
         for var, (tag, ext) in self.thread_ranges.items():
             if (st.scope == "shared" and tag.startswith("threadIdx")) or (st.scope == "global" and tag != "vthread"):
                 relax[var] = (E.const(0), simplify(ext - 1))
         for iv, attr in consumer.iter_attrs.items():
-            if attr.thread_tag and ((st.scope == "shared" and attr.thread_tag.startswith("threadIdx"))
-                                    or (st.scope == "global" and attr.thread_tag != "vthread")):
+            if attr.thread_tag and (
+                (st.scope == "shared" and attr.thread_tag.startswith("threadIdx"))
+                or (st.scope == "global" and attr.thread_tag != "vthread")
+            ):
                 relax[iv.var] = (E.const(0), simplify(leaves[iv].extent - 1))
         reads: list[tuple[E.PrimExpr, ...]] = []
         targets = {(st, k) for k in range(st.op.num_outputs)}
@@ -161,8 +163,7 @@ class _Lowering:
     # -- loop nests ----------------------------------------------------------------------------
     def build(self) -> S.Stmt:
         self.infer_bounds()
-        root_stages = [s for s in self.schedule.stages
-                       if isinstance(s.op, ComputeOp) and s.attach == "root"]
+        root_stages = [s for s in self.schedule.stages if isinstance(s.op, ComputeOp) and s.attach == "root"]
         body = S.seq(*[self.stage_stmt(s) for s in root_stages])
         for s in reversed(root_stages):
             if not s.is_output:
@@ -179,7 +180,11 @@ class _Lowering:
         return body
 
     def attached_at(self, consumer: Stage, ivar: IterVar) -> list[Stage]:
-        return [s for s in self.schedule.stages if s.attach == "scope" and s.attach_stage is consumer and s.attach_ivar is ivar]
+        return [
+            s
+            for s in self.schedule.stages
+            if s.attach == "scope" and s.attach_stage is consumer and s.attach_ivar is ivar
+        ]
 
     def stage_stmt(self, st: Stage) -> S.Stmt:
         info = self.infos[st]
@@ -247,7 +252,9 @@ class _Lowering:
             body = S.seq(init, body)
         return body
 
-    def loop(self, st: Stage, iv: IterVar, leaves: dict[IterVar, Range], body: S.Stmt, with_attached: bool = True) -> S.Stmt:
+    def loop(
+        self, st: Stage, iv: IterVar, leaves: dict[IterVar, Range], body: S.Stmt, with_attached: bool = True
+    ) -> S.Stmt:
         if with_attached:
             children = self.attached_at(st, iv)
             if children:

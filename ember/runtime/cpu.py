@@ -16,8 +16,14 @@ from ..ir.dtype import dtype
 from .module import Function, Module
 
 _CTYPE = {
-    ("int", 8): ctypes.c_int8, ("int", 16): ctypes.c_int16, ("int", 32): ctypes.c_int32, ("int", 64): ctypes.c_int64,
-    ("uint", 8): ctypes.c_uint8, ("uint", 16): ctypes.c_uint16, ("uint", 32): ctypes.c_uint32, ("uint", 64): ctypes.c_uint64,
+    ("int", 8): ctypes.c_int8,
+    ("int", 16): ctypes.c_int16,
+    ("int", 32): ctypes.c_int32,
+    ("int", 64): ctypes.c_int64,
+    ("uint", 8): ctypes.c_uint8,
+    ("uint", 16): ctypes.c_uint16,
+    ("uint", 32): ctypes.c_uint32,
+    ("uint", 64): ctypes.c_uint64,
 }
 
 

@@ -24,8 +24,13 @@ from .ndarray import NDArray
 class Function:
     """A compiled function with argument checking. Call it with arrays (and scalar sizes)."""
 
-    def __init__(self, sig: dict[str, Any], invoke: Callable[[list[int], list[int | float]], int],
-                 device_kind: str, module: Module):
+    def __init__(
+        self,
+        sig: dict[str, Any],
+        invoke: Callable[[list[int], list[int | float]], int],
+        device_kind: str,
+        module: Module,
+    ):
         self.sig = sig
         self.name: str = sig["name"]
         self._invoke = invoke
@@ -67,14 +72,18 @@ class Function:
         if not isinstance(a, NDArray):
             if isinstance(a, np.ndarray) and self._device_kind == "cpu":
                 if not a.flags.c_contiguous:
-                    raise ArgumentError(f"{where} is a NumPy array that is not C-contiguous: pass np.ascontiguousarray(x)")
+                    raise ArgumentError(
+                        f"{where} is a NumPy array that is not C-contiguous: pass np.ascontiguousarray(x)"
+                    )
                 a = NDArray(a, _np_dtype(a, where), _cpu())
             elif hasattr(a, "__dlpack__"):
                 from .ndarray import from_dlpack
 
                 a = from_dlpack(a)
             else:
-                raise ArgumentError(f"{where} must be an ember NDArray (ember.nd.array(x, dev)), got {type(a).__name__}")
+                raise ArgumentError(
+                    f"{where} must be an ember NDArray (ember.nd.array(x, dev)), got {type(a).__name__}"
+                )
         if a.device.kind != self._device_kind:
             raise ArgumentError(
                 f"{where} is on {a.device} but {self.name} runs on {self._device_kind}: copy it with "
@@ -84,11 +93,15 @@ class Function:
             raise ArgumentError(f"{where} has dtype {a.dtype}, expected {p['dtype']}")
         shape = a.shape
         if len(shape) != len(p["shape"]):
-            raise ArgumentError(f"{where} has {len(shape)} dimension(s) {shape}, expected {len(p['shape'])}: {p['shape']}")
+            raise ArgumentError(
+                f"{where} has {len(shape)} dimension(s) {shape}, expected {len(p['shape'])}: {p['shape']}"
+            )
         for d, (got, want) in enumerate(zip(shape, p["shape"])):
             if isinstance(want, int):
                 if got != want:
-                    raise ArgumentError(f"{where} has shape {shape}, expected {tuple(p['shape'])} (dimension {d} is {got}, not {want})")
+                    raise ArgumentError(
+                        f"{where} has shape {shape}, expected {tuple(p['shape'])} (dimension {d} is {got}, not {want})"
+                    )
             elif p["shape_is_var"][d]:
                 prev = env.setdefault(want, got)
                 if prev != got:
@@ -121,8 +134,13 @@ class Module:
 
     type_key = "module"
 
-    def __init__(self, functions: dict[str, Function], sources: dict[str, Callable[[], str]],
-                 entry: str | None = None, imported: list[Module] | None = None):
+    def __init__(
+        self,
+        functions: dict[str, Function],
+        sources: dict[str, Callable[[], str]],
+        entry: str | None = None,
+        imported: list[Module] | None = None,
+    ):
         self._functions = functions
         self._sources = sources
         self.entry_name = entry or (next(iter(functions)) if functions else "")
@@ -152,7 +170,9 @@ class Module:
         on CUDA)."""
         maker = self._sources.get(fmt)
         if maker is None:
-            raise EmberError(f"source format {fmt!r} is not available for this module (available: {', '.join(self._sources)})")
+            raise EmberError(
+                f"source format {fmt!r} is not available for this module (available: {', '.join(self._sources)})"
+            )
         return maker()
 
     def export_library(self, path: str) -> None:

@@ -13,9 +13,35 @@ from ..ir import expr as E
 from ..ir.dtype import dtype
 
 UNARY_MATH = (
-    "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil",
-    "round", "sin", "cos", "trunc", "log10", "exp10", "log1p", "expm1", "tan", "atan", "asin", "acos",
-    "sinh", "cosh", "isnan", "isinf", "isfinite",
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "abs",
+    "floor",
+    "ceil",
+    "round",
+    "sin",
+    "cos",
+    "trunc",
+    "log10",
+    "exp10",
+    "log1p",
+    "expm1",
+    "tan",
+    "atan",
+    "asin",
+    "acos",
+    "sinh",
+    "cosh",
+    "isnan",
+    "isinf",
+    "isfinite",
 )
 
 

@@ -65,7 +65,13 @@ def reduce_axis(dom: Any, name: str = "rv") -> IterVar:
 
 
 _THREAD_TAGS = {
-    "blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread",
+    "blockIdx.x",
+    "blockIdx.y",
+    "blockIdx.z",
+    "threadIdx.x",
+    "threadIdx.y",
+    "threadIdx.z",
+    "vthread",
 }
 
 
@@ -123,8 +129,7 @@ def compute(
         for b in body:
             if _contains_reduce(b, top=False):
                 raise EmberError(
-                    f"compute {name}: a reduction may only be the whole body; put `... + te.sum(...)` into "
-                    "two computes"
+                    f"compute {name}: a reduction may only be the whole body; put `... + te.sum(...)` into two computes"
                 )
     op = ComputeOp(name, tag, axis, body, attrs)
     outs = list(op.outputs)
@@ -181,9 +186,7 @@ class CommReducer:
         cond = None if where is None else E._as_bool(E.convert(where))
         if init is not None:
             raise EmberError(f"reduction {self.name}: init values are not supported; add the value after reducing")
-        outs = tuple(
-            E.Reduce(self, tuple(converted), axes, cond, k, converted[k].dtype) for k in range(len(converted))
-        )
+        outs = tuple(E.Reduce(self, tuple(converted), axes, cond, k, converted[k].dtype) for k in range(len(converted)))
         return outs[0] if len(outs) == 1 else outs
 
 
@@ -232,8 +235,12 @@ def _bool_to_int(x: E.PrimExpr) -> E.PrimExpr:
 sum = comm_reducer(lambda x, y: x + y, lambda t: E.const(0, t), name="sum")  # noqa: A001
 prod = comm_reducer(lambda x, y: x * y, lambda t: E.const(1, t), name="prod")
 max = comm_reducer(  # noqa: A001
-    lambda x, y: E.max_expr(x, y), lambda t: E.const(dtype(t).min_value() if not dtype(t).is_float else float("-inf"), t), name="max"
+    lambda x, y: E.max_expr(x, y),
+    lambda t: E.const(dtype(t).min_value() if not dtype(t).is_float else float("-inf"), t),
+    name="max",
 )
 min = comm_reducer(  # noqa: A001
-    lambda x, y: E.min_expr(x, y), lambda t: E.const(dtype(t).max_value() if not dtype(t).is_float else float("inf"), t), name="min"
+    lambda x, y: E.min_expr(x, y),
+    lambda t: E.const(dtype(t).max_value() if not dtype(t).is_float else float("inf"), t),
+    name="min",
 )

@@ -99,8 +99,12 @@ class Stage:
             raise ScheduleError(f"{what} on stage {self.name}: expected an axis (IterVar), got {ivar!r}")
         if ivar not in self.leaf_iter_vars:
             if ivar in self.all_iter_vars:
-                users = [r for r in self.relations if (isinstance(r, Split) and r.parent is ivar)
-                         or (isinstance(r, Fuse) and ivar in (r.outer, r.inner))]
+                users = [
+                    r
+                    for r in self.relations
+                    if (isinstance(r, Split) and r.parent is ivar)
+                    or (isinstance(r, Fuse) and ivar in (r.outer, r.inner))
+                ]
                 if users and isinstance(users[0], Split):
                     r = users[0]
                     raise ScheduleError(
@@ -141,18 +145,23 @@ class Stage:
         self._check_not_attached_elsewhere()
         parent = self._axis(parent, "split")
         if (factor is None) == (nparts is None):
-            raise ScheduleError(f"split of {parent.var.name} on stage {self.name}: give exactly one of factor= or nparts=")
+            raise ScheduleError(
+                f"split of {parent.var.name} on stage {self.name}: give exactly one of factor= or nparts="
+            )
         value = E.convert(factor if factor is not None else nparts)
         if not value.dtype.is_int:
             raise ScheduleError(f"split of {parent.var.name} on stage {self.name}: the factor must be an integer")
         if isinstance(value, E.IntImm) and value.value <= 0:
-            raise ScheduleError(f"split of {parent.var.name} on stage {self.name}: the factor must be positive, not {value.value}")
+            raise ScheduleError(
+                f"split of {parent.var.name} on stage {self.name}: the factor must be positive, not {value.value}"
+            )
         outer = self._new_iv(parent, "outer")
         inner = self._new_iv(parent, "inner")
-        self.relations.append(Split(parent, outer, inner, value if factor is not None else None,
-                                    value if nparts is not None else None))
+        self.relations.append(
+            Split(parent, outer, inner, value if factor is not None else None, value if nparts is not None else None)
+        )
         k = self.leaf_iter_vars.index(parent)
-        self.leaf_iter_vars[k:k + 1] = [outer, inner]
+        self.leaf_iter_vars[k : k + 1] = [outer, inner]
         self._move_attr(parent, outer)
         return outer, inner
 
@@ -189,7 +198,7 @@ class Stage:
             self.relations.append(Fuse(result, inner, fused))
             self._move_attr(result, fused)
             self._move_attr(inner, fused)
-            self.leaf_iter_vars[i:i + 2] = [fused]
+            self.leaf_iter_vars[i : i + 2] = [fused]
             result = fused
         return result
 
@@ -472,15 +481,24 @@ class Schedule:
         fax = IterVar(Range(E.const(0), ranges[axis].extent), E.Var(axis.var.name + ".rf"), IterKind.DATA_PAR)
         new_axes = [IterVar(iv.dom, E.Var(iv.var.name + ".rf", iv.var.dtype), IterKind.DATA_PAR) for iv in op.axis]
         other_red = [iv for iv in stage.leaf_iter_vars if iv.kind is IterKind.REDUCE and iv is not axis]
-        new_red = [IterVar(Range(E.const(0), ranges[iv].extent), E.Var(iv.var.name + ".rf"), IterKind.REDUCE) for iv in other_red]
+        new_red = [
+            IterVar(Range(E.const(0), ranges[iv].extent), E.Var(iv.var.name + ".rf"), IterKind.REDUCE)
+            for iv in other_red
+        ]
         vmap: dict[E.Var, E.PrimExpr] = {axis.var: fax.var}
         vmap.update({iv.var: n.var for iv, n in zip(other_red, new_red)})
         vmap.update({iv.var: n.var for iv, n in zip(op.axis, new_axes)})
         red_values = {iv.var: simplify(substitute(root_values[iv], vmap)) for iv in op.reduce_axis}
-        conds = [substitute(p, vmap) for p in predicates if _mentions_any(p, [iv.var for iv in stage.leaf_iter_vars if iv.kind is IterKind.REDUCE])]
+        conds = [
+            substitute(p, vmap)
+            for p in predicates
+            if _mentions_any(p, [iv.var for iv in stage.leaf_iter_vars if iv.kind is IterKind.REDUCE])
+        ]
         first: E.Reduce = op.body[0]  # type: ignore[assignment]
         if first.condition is not None:
-            conds.append(substitute(substitute(first.condition, red_values), {iv.var: n.var for iv, n in zip(op.axis, new_axes)}))
+            conds.append(
+                substitute(substitute(first.condition, red_values), {iv.var: n.var for iv, n in zip(op.axis, new_axes)})
+            )
         cond = None
         for c in conds:
             cond = c if cond is None else E.logical_and(cond, c)
@@ -488,7 +506,10 @@ class Schedule:
         bodies = []
         for b in op.body:
             assert isinstance(b, E.Reduce)
-            src = tuple(substitute(substitute(s, red_values), {iv.var: n.var for iv, n in zip(op.axis, new_axes)}) for s in b.source)
+            src = tuple(
+                substitute(substitute(s, red_values), {iv.var: n.var for iv, n in zip(op.axis, new_axes)})
+                for s in b.source
+            )
             bodies.append(E.Reduce(b.combiner, src, tuple(new_red), cond, b.value_index, b.dtype))
         rf_op = ComputeOp(f"{op.name}.rf", op.tag, tuple(axes_rf), tuple(bodies), op.attrs)
         rf_stage = Stage(rf_op, self)
