@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, DeviceError
-from ..ir.dtype import DataType, dtype
+from ..ir.dtype import DataType
+from ..ir.dtype import dtype as _as_dtype  # `dtype` is a parameter name below
 
 # DLPack device type codes.
 DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_ROCM = 1, 2, 3, 10
@@ -99,7 +100,7 @@ def _aligned_empty(shape: tuple[int, ...], np_dtype: np.dtype) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
     raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
     offset = (-raw.ctypes.data) % _ALIGN
-    return raw[offset:offset + nbytes].view(np_dtype).reshape(shape)
+    return raw[offset : offset + nbytes].view(np_dtype).reshape(shape)
 
 
 class NDArray:
@@ -211,7 +212,7 @@ def float32_to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
 def empty(shape: Any, dtype: str = "float32", dev: Device | None = None) -> Any:
     """An uninitialised array."""
     dev = dev or cpu(0)
-    dt = globals()["dtype"](dtype) if isinstance(dtype, str) else dtype
+    dt = _as_dtype(dtype) if isinstance(dtype, str) else dtype
     shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
     if any(s < 0 for s in shape):
         raise ArgumentError(f"empty: negative dimension in shape {shape}")
@@ -229,12 +230,12 @@ def array(source: Any, dev: Device | None = None, dtype: str | None = None, copy
     if isinstance(source, NDArray) and dtype is None:
         dt = source._dtype
     elif dtype is not None:
-        dt = globals()["dtype"](dtype)
+        dt = _as_dtype(dtype)
     else:
         arr0 = np.asarray(source)
         if arr0.dtype == np.float64 and not isinstance(source, np.ndarray):
             arr0 = arr0.astype(np.float32)
-        dt = globals()["dtype"](arr0.dtype)
+        dt = _as_dtype(arr0.dtype)
     src = _to_numpy(source, dt)
     if dev.kind != "cpu":
         return dev.driver().array(src, dt, dev)
