@@ -104,49 +104,89 @@ class _Lowering:
                 if attr.thread_tag:
                     self.thread_ranges[iv.var] = (attr.thread_tag, leaves[iv].extent)
 
+    def nested_in(self, stage: Stage, ivar: IterVar) -> list[Stage]:
+        """Stages computed inside loop ``ivar`` of ``stage`` (at it or deeper), transitively."""
+        pos = stage.leaf_iter_vars.index(ivar)
+        inner = set(map(id, stage.leaf_iter_vars[pos:]))
+        out: list[Stage] = []
+        for s in self.schedule.stages:
+            if s.attach == "scope" and s.attach_stage is stage and id(s.attach_ivar) in inner:
+                out.append(s)
+                for iv in s.leaf_iter_vars:
+                    out.extend(x for x in self.nested_in(s, iv) if x not in out)
+                    break
+        return out
+
+    def _thread_relax(self, scope: str, stage: Stage, leaves: dict[IterVar, Range]) -> dict[E.Var, Any]:
+        relax: dict[E.Var, tuple[E.PrimExpr, E.PrimExpr]] = {}
+
+        def shared_by(tag: str) -> bool:
+            return (scope == "shared" and tag.startswith("threadIdx")) or (scope == "global" and tag != "vthread")
+
+        for var, (tag, ext) in self.thread_ranges.items():
+            if shared_by(tag):
+                relax[var] = (E.const(0), simplify(ext - 1))
+        for iv, attr in stage.iter_attrs.items():
+            if attr.thread_tag and shared_by(attr.thread_tag):
+                relax[iv.var] = (E.const(0), simplify(leaves[iv].extent - 1))
+        return relax
+
     def region_needed(self, st: Stage) -> list[tuple[E.PrimExpr, E.PrimExpr] | None]:
         """Per dimension of ``st``'s output: (min, extent) needed by one iteration of its attach
-        loop, or None when unknown (the full dimension is used)."""
-        consumer = st.attach_stage
-        assert consumer is not None and st.attach_ivar is not None
-        cinfo = self.infos.get(consumer)
-        if cinfo is None:
-            raise LoweringError(f"stage {st.name} is computed at {consumer.name}, which is not computed itself")
-        leaves = leaf_extents(consumer, cinfo.root_ranges)
-        root_vals, _ = root_value_map(consumer, {iv: iv.var for iv in consumer.leaf_iter_vars}, leaves)
-        vmap = {iv.var: cinfo.root_ranges[iv].min + root_vals[iv] for iv in consumer.root_iter_vars}
-        pos = consumer.leaf_iter_vars.index(st.attach_ivar)
+        loop, or None when unknown (the full dimension is used).
+
+        The readers are the attach stage and any stage computed inside the attach loop; the
+        loops below the attach point (the attach stage's inner loops and every loop of the
+        nested readers) are relaxed to their full ranges."""
+        attach = st.attach_stage
+        assert attach is not None and st.attach_ivar is not None
+        if attach not in self.infos:
+            raise LoweringError(f"stage {st.name} is computed at {attach.name}, which is not computed itself")
+        nested = [x for x in self.nested_in(attach, st.attach_ivar) if x is not st]
+        scope_stages = [attach, *nested]
+        readers = [c for c in self.schedule.consumers(st) if c.attach != "inline"]
+        readers += [c for c in self._inline_readers(st) if c not in readers]
+        outside = [c.name for c in readers if c not in scope_stages]
+        if outside:
+            raise LoweringError(
+                f"stage {st.name} is computed at {attach.name}.{st.attach_ivar.var.name} but is also read by "
+                f"{', '.join(outside)} outside that loop; use cache_read to give each reader its own copy"
+            )
         relax: dict[E.Var, tuple[E.PrimExpr, E.PrimExpr]] = {}
-        for iv in consumer.leaf_iter_vars[pos + 1 :]:
-            relax[iv.var] = (E.const(0), simplify(leaves[iv].extent - 1))
-        for var, (tag, ext) in self.thread_ranges.items():
-            if (st.scope == "shared" and tag.startswith("threadIdx")) or (st.scope == "global" and tag != "vthread"):
-                relax[var] = (E.const(0), simplify(ext - 1))
-        for iv, attr in consumer.iter_attrs.items():
-            if attr.thread_tag and (
-                (st.scope == "shared" and attr.thread_tag.startswith("threadIdx"))
-                or (st.scope == "global" and attr.thread_tag != "vthread")
-            ):
-                relax[iv.var] = (E.const(0), simplify(leaves[iv].extent - 1))
-        reads: list[tuple[E.PrimExpr, ...]] = []
+        attach_leaves = leaf_extents(attach, self.infos[attach].root_ranges)
+        pos = attach.leaf_iter_vars.index(st.attach_ivar)
+        for iv in attach.leaf_iter_vars[pos + 1 :]:
+            relax[iv.var] = (E.const(0), simplify(attach_leaves[iv].extent - 1))
+        relax.update(self._thread_relax(st.scope, attach, attach_leaves))
+        reads: list[E.PrimExpr | tuple[E.PrimExpr, ...]] = []
         targets = {(st, k) for k in range(st.op.num_outputs)}
+        for c in scope_stages:
+            cinfo = self.infos.get(c)
+            if cinfo is None:
+                continue
+            leaves = leaf_extents(c, cinfo.root_ranges)
+            if c is not attach:
+                for iv in c.leaf_iter_vars:
+                    relax[iv.var] = (E.const(0), simplify(leaves[iv].extent - 1))
+                relax.update(self._thread_relax(st.scope, c, leaves))
+            root_vals, _ = root_value_map(c, {iv: iv.var for iv in c.leaf_iter_vars}, leaves)
+            vmap = {iv.var: cinfo.root_ranges[iv].min + root_vals[iv] for iv in c.root_iter_vars}
 
-        def collect(n: Any) -> None:
-            if isinstance(n, E.ProducerLoad) and self.key(n.producer) in targets:
-                reads.append(n.indices)
+            def collect(n: Any, vmap: dict[E.Var, E.PrimExpr] = vmap) -> None:
+                if isinstance(n, E.ProducerLoad) and self.key(n.producer) in targets:
+                    reads.append(tuple(substitute(i, vmap) for i in n.indices))
 
-        for b in cinfo.body:
-            post_order_visit(b, collect)
+            for b in cinfo.body:
+                post_order_visit(b, collect)
         op = st.op
         assert isinstance(op, ComputeOp)
         region: list[tuple[E.PrimExpr, E.PrimExpr] | None] = []
         for d in range(len(op.axis)):
             lo_all: E.PrimExpr | None = None
             hi_all: E.PrimExpr | None = None
-            known = True
+            known = bool(reads)
             for idx in reads:
-                expr = substitute(idx[d], vmap)
-                itv = symbolic_interval(simplify(expr), relax)
+                itv = symbolic_interval(simplify(idx[d]), relax)
                 if itv is None:
                     known = False
                     break
@@ -159,6 +199,18 @@ class _Lowering:
             ext = simplify(hi_all - lo_all + 1)
             region.append((lo_s, ext))
         return region
+
+    def _inline_readers(self, st: Stage) -> list[Stage]:
+        """Non-inline stages that read ``st`` through inlined stages."""
+        out: list[Stage] = []
+        for c in self.schedule.consumers(st):
+            if c.attach == "inline":
+                for r in self.schedule.consumers(c):
+                    if r.attach == "inline":
+                        out.extend(x for x in self._inline_readers(r) if x not in out)
+                    elif r not in out:
+                        out.append(r)
+        return out
 
     # -- loop nests ----------------------------------------------------------------------------
     def build(self) -> S.Stmt:

@@ -290,19 +290,12 @@ class Stage:
             raise ScheduleError(f"compute_at: {self.name} is an input; only computed stages can be moved")
         if self.is_output:
             raise ScheduleError(f"compute_at: {self.name} is an output of the schedule and must stay at the root")
-        consumers = self.schedule.consumers(self)
-        if parent not in consumers:
-            names = ", ".join(c.name for c in consumers) or "none"
+        downstream = self.schedule.downstream(self)
+        if parent not in downstream:
+            names = ", ".join(c.name for c in self.schedule.consumers(self)) or "none"
             raise ScheduleError(
-                f"compute_at of {self.name} into {parent.name}: {parent.name} does not read {self.name} "
-                f"(its readers are: {names}); attach it to a stage that consumes it"
-            )
-        others = [c for c in consumers if c is not parent]
-        if others:
-            raise ScheduleError(
-                f"compute_at of {self.name} into {parent.name}: {self.name} is also read by "
-                f"{', '.join(c.name for c in others)}, which would then read values that were never computed; "
-                f"use cache_read to give {parent.name} its own copy"
+                f"compute_at of {self.name} into {parent.name}: {parent.name} does not read {self.name}, "
+                f"directly or through other stages (its readers are: {names}); attach it to a stage that consumes it"
             )
         parent._axis(ivar, f"compute_at of {self.name}")
         self.attach, self.attach_stage, self.attach_ivar = "scope", parent, ivar
@@ -397,6 +390,17 @@ class Schedule:
         for s in self.stages:
             if isinstance(s.op, ComputeOp) and any(self._by_op.get(t.op) is stage for t in s.op.input_tensors):
                 out.append(s)
+        return out
+
+    def downstream(self, stage: Stage) -> list[Stage]:
+        """Stages that read ``stage``'s result, directly or through other stages."""
+        out: list[Stage] = []
+        todo = [stage]
+        while todo:
+            for c in self.consumers(todo.pop()):
+                if c not in out:
+                    out.append(c)
+                    todo.append(c)
         return out
 
     def _replace_op(self, stage: Stage, new_op: Operation) -> None:
