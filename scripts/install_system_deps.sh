@@ -2,12 +2,14 @@
 # Installs the Debian packages ember's AMD path and hipify tests use, when they are missing:
 #   lld-22            ld.lld to link AMDGPU code objects (lld 14 rejects code object v6)
 #   hipcc, rocm-device-libs   to compile translated HIP sources for gfx90a without a GPU
+#   libhiprand-dev, librocrand-dev, libhipsparse-dev   headers the hipify corpus compiles against
 # Best effort: without root or apt, it says what is missing and the tests that need it skip.
 set -u
 need=()
 command -v ld.lld-22 >/dev/null 2>&1 || need+=(lld-22)
 command -v hipcc >/dev/null 2>&1 || need+=(hipcc)
 [ -d /usr/lib/x86_64-linux-gnu/amdgcn ] || dpkg -s rocm-device-libs >/dev/null 2>&1 || need+=(rocm-device-libs)
+for p in libhiprand-dev librocrand-dev libhipsparse-dev; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
 [ ${#need[@]} -eq 0 ] && exit 0
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
