@@ -84,6 +84,26 @@ class KernelRunner:
         f(*in_arrays, *outs, *scalars)
         return [o.numpy() for o in outs]
 
+    @staticmethod
+    def assert_fp(actual: np.ndarray, ref: np.ndarray, scale: np.ndarray | float, dtype: str = "float32",
+                  ulps: float = 2) -> None:
+        """``actual`` within ``ulps`` units of ``dtype``'s epsilon times ``scale`` (the magnitude of
+        the terms summed) of the float64 reference ``ref``. ember lets LLVM contract ``a*b + c``
+        into one fused multiply-add (docs/numerics.md), which rounds once instead of twice, so
+        results of float arithmetic are compared this way rather than bit for bit."""
+        eps = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}[dtype]
+        actual = np.asarray(actual, dtype=np.float64)
+        ref = np.asarray(ref, dtype=np.float64)
+        assert actual.shape == ref.shape, (actual.shape, ref.shape)
+        assert not np.isnan(actual).any() or np.array_equal(np.isnan(actual), np.isnan(ref)), "NaN in the result"
+        bound = ulps * eps * np.abs(scale)
+        err = np.abs(actual - ref)
+        bad = ~(err <= bound)
+        assert not bad.any(), (
+            f"{bad.sum()} of {bad.size} elements off by more than {ulps} ulp(s) of {dtype}: "
+            f"worst error {err.max():.3g} where the bound is {np.max(np.broadcast_to(bound, err.shape)):.3g}"
+        )
+
     def __call__(self, s: te.Schedule, args: Sequence, inputs: Sequence,
                  out_specs: Sequence[tuple[Sequence[int], str]],
                  scalars: Sequence[int] = ()) -> list[np.ndarray]:
