@@ -6,14 +6,40 @@ __version__ = "0.1.0"
 from . import nd, te  # noqa: E402
 from .build_module import build  # noqa: E402
 from .errors import (  # noqa: E402
-    ArgumentError, CodegenError, DeviceError, EmberError, LoweringError, ScheduleError, TargetError, ToolchainError,
+    ArgumentError,
+    CodegenError,
+    DeviceError,
+    EmberError,
+    LoweringError,
+    ScheduleError,
+    TargetError,
+    ToolchainError,
 )
 from .lower import lower  # noqa: E402
 from .runtime import Device, Module, NDArray, cpu, cuda, device, load_module, rocm  # noqa: E402
 from .target import Target  # noqa: E402
 
 __all__ = [
-    "ArgumentError", "CodegenError", "Device", "DeviceError", "EmberError", "LoweringError", "Module", "NDArray",
-    "ScheduleError", "Target", "TargetError", "ToolchainError", "__version__", "build", "cpu", "cuda", "device",
-    "load_module", "lower", "nd", "rocm", "te",
+    "ArgumentError",
+    "CodegenError",
+    "Device",
+    "DeviceError",
+    "EmberError",
+    "LoweringError",
+    "Module",
+    "NDArray",
+    "ScheduleError",
+    "Target",
+    "TargetError",
+    "ToolchainError",
+    "__version__",
+    "build",
+    "cpu",
+    "cuda",
+    "device",
+    "load_module",
+    "lower",
+    "nd",
+    "rocm",
+    "te",
 ]

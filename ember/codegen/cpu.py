@@ -54,15 +54,23 @@ class CodeGenCPU(CodeGenLLVM):
                 b.position_before(self._entry_block.instructions[0])
             closure = self.alloca(struct_ty, 1, "closure")
         for k, x in enumerate([lo, extent] + values):
-            b.store(x, b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True, source_etype=struct_ty))
+            b.store(
+                x, b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True, source_etype=struct_ty)
+            )
         outlined = self._outline(s, captured, values, struct_ty)
         gomp = self.intrinsic("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
         nthreads = int(self.target.opt("num_threads") or 0)
         b.call(gomp, [outlined, closure, ir.Constant(I32, nthreads), ir.Constant(I32, 0)])
 
     def _outline(self, s: S.For, captured: list[E.Var], values: list[ir.Value], struct_ty: ir.Type) -> ir.Function:
-        saved = (self.builder, self.function, dict(self.vars), dict(self.buffers), self._entry_block,
-                 dict(self.analyzer.ranges))
+        saved = (
+            self.builder,
+            self.function,
+            dict(self.vars),
+            dict(self.buffers),
+            self._entry_block,
+            dict(self.analyzer.ranges),
+        )
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=self.fresh(f"{saved[1].name}_par"))
         fn.linkage = "internal"
         entry = fn.append_basic_block("entry")
@@ -110,7 +118,7 @@ def init_llvm() -> None:
         _initialized = True
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_runtime_libraries() -> None:
     """Make libgomp's symbols visible to code loaded in this process."""
     path = ctypes.util.find_library("gomp")
@@ -180,8 +188,16 @@ def function_signature(func: S.PrimFunc) -> dict[str, Any]:
         if isinstance(p, Buffer):
             shape = [s.value if isinstance(s, E.IntImm) else str(s) for s in p.shape]
             shape_vars = [[v.name for v in free_vars(s)] for s in p.shape]
-            params.append({"kind": "buffer", "name": p.name, "dtype": str(p.dtype), "shape": shape,
-                           "shape_is_var": [isinstance(s, E.Var) for s in p.shape], "shape_vars": shape_vars})
+            params.append(
+                {
+                    "kind": "buffer",
+                    "name": p.name,
+                    "dtype": str(p.dtype),
+                    "shape": shape,
+                    "shape_is_var": [isinstance(s, E.Var) for s in p.shape],
+                    "shape_vars": shape_vars,
+                }
+            )
         else:
             params.append({"kind": "scalar", "name": p.name, "dtype": str(p.dtype)})
     scalars = [{"name": v.name, "dtype": str(v.dtype)} for v in signature_vars(func)]

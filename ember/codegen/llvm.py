@@ -11,7 +11,6 @@ and stored as 16-bit integers (rounded to nearest even); ``bool`` is ``i1`` in r
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import llvmlite.ir as ir
 
@@ -193,8 +192,15 @@ class CodeGenLLVM:
         """A parallel loop; the base class runs it serially (CPU code generators override)."""
         self.emit_serial_loop(s.loop_var, self.expr(s.min), self.expr(s.extent), s.body, s.min, s.extent)
 
-    def emit_serial_loop(self, var: E.Var, lo: ir.Value, extent: ir.Value, body: S.Stmt,
-                         lo_expr: E.PrimExpr | None = None, ext_expr: E.PrimExpr | None = None) -> None:
+    def emit_serial_loop(
+        self,
+        var: E.Var,
+        lo: ir.Value,
+        extent: ir.Value,
+        body: S.Stmt,
+        lo_expr: E.PrimExpr | None = None,
+        ext_expr: E.PrimExpr | None = None,
+    ) -> None:
         """``for var in [lo, lo + extent): body`` as a counted loop with a phi."""
         ty = self.value_type(var.dtype)
         lo = self._int_cast(lo, ty)
@@ -280,7 +286,7 @@ class CodeGenLLVM:
             total = ir.Constant(I64, max(nbytes or 1, 1))
         else:
             total = ir.Constant(I64, max(1, buf.dtype.bits // 8))
-            for d in (buf.shape if not buf.strides else (buf.strides[0] * buf.shape[0],)):
+            for d in buf.shape if not buf.strides else (buf.strides[0] * buf.shape[0],):
                 total = self.builder.mul(total, self._int_cast(self.expr(E.cast("int64", d)), I64))
         malloc = self._libc("malloc", ir.FunctionType(PTR, [I64]))
         ptr = self.builder.call(malloc, [total], name=buf.name)
@@ -457,7 +463,9 @@ class CodeGenLLVM:
         # q - 1 when the remainder is non-zero and its sign differs from the divisor's.
         adjust = self.builder.and_(
             self.builder.icmp_signed("!=", r, zero),
-            self.builder.icmp_signed("!=", self.builder.icmp_signed("<", r, zero), self.builder.icmp_signed("<", b, zero)),
+            self.builder.icmp_signed(
+                "!=", self.builder.icmp_signed("<", r, zero), self.builder.icmp_signed("<", b, zero)
+            ),
         )
         return self.builder.sub(q, self.builder.zext(adjust, a.type))
 
@@ -469,7 +477,9 @@ class CodeGenLLVM:
         zero = ir.Constant(a.type, None)
         adjust = self.builder.and_(
             self.builder.icmp_signed("!=", r, zero),
-            self.builder.icmp_signed("!=", self.builder.icmp_signed("<", r, zero), self.builder.icmp_signed("<", b, zero)),
+            self.builder.icmp_signed(
+                "!=", self.builder.icmp_signed("<", r, zero), self.builder.icmp_signed("<", b, zero)
+            ),
         )
         return self.builder.add(r, self.builder.select(adjust, b, zero))
 
@@ -482,11 +492,19 @@ class CodeGenLLVM:
 
     def expr_Min(self, e: E.Min) -> ir.Value:
         a, b = self.expr(e.a), self.expr(e.b)
-        return self.builder.select(self._cmp("<", a, b, e.dtype), a, b) if not e.dtype.is_float else self._fminmax("minimum", a, b, e.dtype)
+        return (
+            self.builder.select(self._cmp("<", a, b, e.dtype), a, b)
+            if not e.dtype.is_float
+            else self._fminmax("minimum", a, b, e.dtype)
+        )
 
     def expr_Max(self, e: E.Max) -> ir.Value:
         a, b = self.expr(e.a), self.expr(e.b)
-        return self.builder.select(self._cmp(">", a, b, e.dtype), a, b) if not e.dtype.is_float else self._fminmax("maximum", a, b, e.dtype)
+        return (
+            self.builder.select(self._cmp(">", a, b, e.dtype), a, b)
+            if not e.dtype.is_float
+            else self._fminmax("maximum", a, b, e.dtype)
+        )
 
     def _fminmax(self, which: str, a: ir.Value, b: ir.Value, t: DataType) -> ir.Value:
         """NaN-propagating float min/max (NumPy semantics)."""
@@ -648,9 +666,23 @@ class CodeGenLLVM:
             return out if t.is_bool else self.convert(out, wide, t)
         return self.math_f32_or_f64(op, args, t)
 
-    LLVM_UNARY = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log10": "log10", "sqrt": "sqrt",
-                  "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil", "trunc": "trunc", "round": "roundeven",
-                  "abs": "fabs", "tan": "tan", "exp10": "exp10"}
+    LLVM_UNARY = {
+        "exp": "exp",
+        "exp2": "exp2",
+        "log": "log",
+        "log2": "log2",
+        "log10": "log10",
+        "sqrt": "sqrt",
+        "sin": "sin",
+        "cos": "cos",
+        "floor": "floor",
+        "ceil": "ceil",
+        "trunc": "trunc",
+        "round": "roundeven",
+        "abs": "fabs",
+        "tan": "tan",
+        "exp10": "exp10",
+    }
     LIBM_UNARY = ("tanh", "erf", "expm1", "log1p", "atan", "asin", "acos", "sinh", "cosh")
 
     def math_f32_or_f64(self, op: str, args: list[ir.Value], t: DataType) -> ir.Value:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from ..errors import LoweringError
 from ..ir import expr as E
@@ -46,7 +45,9 @@ def lower(schedule: Schedule, args: Sequence[Tensor | E.Var], name: str = "main"
         elif isinstance(a, E.Var):
             params.append(a)
         else:
-            raise LoweringError(f"argument {k} of {name} is {a!r}: pass tensors (placeholders, computes) or te.var sizes")
+            raise LoweringError(
+                f"argument {k} of {name} is {a!r}: pass tensors (placeholders, computes) or te.var sizes"
+            )
     for st in schedule.stages:
         if st.is_output:
             for k in range(st.op.num_outputs):
