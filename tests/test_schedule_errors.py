@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import ember
@@ -210,3 +211,33 @@ def test_schedule_construction_errors():
 
 def test_errors_are_ember_errors():
     assert issubclass(ScheduleError, ember.EmberError)
+
+
+def test_refused_split_or_fuse_leaves_the_schedule_intact(kernel, rng):
+    """Regression: a fuse (or split) of an annotated axis raised ScheduleError only after it had
+    recorded the new relation, so lowering later failed with a KeyError."""
+    A = te.placeholder((6, 5), name="A")
+    B = te.compute((6, 5), lambda i, j: A[i, j] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    i, j = B.op.axis
+    s[B].parallel(i)
+    _raises(lambda: s[B].fuse(i, j), "stage B", "already marked parallel")
+    _raises(lambda: s[B].split(i, factor=2), "stage B", "already marked parallel")
+    assert s[B].leaf_iter_vars == [i, j] and not s[B].relations
+    a = rng.standard_normal((6, 5)).astype("float32")
+    (b,) = kernel(s, [A, B], [a], [((6, 5), "float32")])
+    np.testing.assert_array_equal(b, a * 2)
+
+
+def test_split_or_fuse_an_attach_point():
+    """Regression: splitting the axis another stage was computed at left a dangling attach point
+    and lowering crashed with a ValueError."""
+    A = te.placeholder((8, 8), name="A")
+    B = te.compute((8, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((8, 8), lambda i, j: B[i, j] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    s[B].compute_at(s[C], i)
+    _raises(lambda: s[C].split(i, factor=2), "stage C", "axis i", "B computed at it", "compute_at")
+    _raises(lambda: s[C].fuse(i, j), "stage C", "axis i", "B computed at it")
+

@@ -155,6 +155,7 @@ class Stage:
             raise ScheduleError(
                 f"split of {parent.var.name} on stage {self.name}: the factor must be positive, not {value.value}"
             )
+        self._check_unannotated(parent)  # refuse before anything changes
         outer = self._new_iv(parent, "outer")
         inner = self._new_iv(parent, "inner")
         self.relations.append(
@@ -166,7 +167,18 @@ class Stage:
         return outer, inner
 
     def _move_attr(self, old: IterVar, new: IterVar) -> None:
-        attr = self.iter_attrs.pop(old, None)
+        self._check_unannotated(old)
+        self.iter_attrs.pop(old, None)
+
+    def _check_unannotated(self, old: IterVar) -> None:
+        attached = [st.name for st in self.schedule.stages
+                    if st.attach == "scope" and st.attach_stage is self and st.attach_ivar is old]
+        if attached:
+            raise ScheduleError(
+                f"stage {self.name}: axis {old.var.name} has {', '.join(attached)} computed at it (compute_at); "
+                f"split or fuse first, then compute_at one of the resulting axes"
+            )
+        attr = self.iter_attrs.get(old)
         if attr is not None and attr.kind is not ForKind.SERIAL:
             raise ScheduleError(
                 f"stage {self.name}: axis {old.var.name} was already marked {attr.kind.value}; "
@@ -193,6 +205,8 @@ class Stage:
                     f"fuse on stage {self.name}: cannot fuse reduction axis with data-parallel axis "
                     f"({result.var.name}, {inner.var.name})"
                 )
+            self._check_unannotated(result)  # refuse before anything changes
+            self._check_unannotated(inner)
             fused = IterVar(None, E.Var(f"{result.var.name}.{inner.var.name}.fused", result.var.dtype), result.kind)
             self.all_iter_vars.append(fused)
             self.relations.append(Fuse(result, inner, fused))
