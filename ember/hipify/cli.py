@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             local_names |= local_declarations(tokenize(text, str(path)))
         except HipifyError:
             pass  # reported when the file itself is translated
+    local_headers = {
+        "/".join(src.relative.parts[-k:]) for src in sources for k in range(1, len(src.relative.parts) + 1)
+    }
     info = stderr if (to_stdout or args.dry_run or args.stats_json == "-") else stdout
     results: list[Result] = []
     for src in sources:
@@ -147,7 +150,13 @@ def main(argv: list[str] | None = None) -> int:
             continue
         text = texts[src.path]
         try:
-            result = translate(text, str(src.path), launch_syntax=args.launch_syntax, local_names=local_names)
+            result = translate(
+                text,
+                str(src.path),
+                launch_syntax=args.launch_syntax,
+                local_names=local_names,
+                local_headers=local_headers,
+            )
         except HipifyError as exc:
             errors.append(str(exc))
             continue

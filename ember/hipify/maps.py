@@ -33,7 +33,7 @@ TABLES = (
 CUDA_LIKE = re.compile(
     r"^(?:cuda[A-Z]\w*|cublas[A-Z]\w*|CUBLAS_\w+|curand(?:_|[A-Z])\w*|CURAND_\w+|cufft[A-Z]\w*|CUFFT_\w+|"
     r"cusparse[A-Z]\w*|CUSPARSE_\w+|cusolver[A-Z]\w*|CUSOLVER_\w+|cudnn[A-Z]\w*|CUDNN_\w+|nvrtc[A-Z]\w*|"
-    r"NVRTC_\w+|nvml[A-Z]\w*|cupti[A-Z]\w*|nvtx[A-Z]\w*|nvjpeg[A-Z]\w*)$"
+    r"NVRTC_\w+|nvml[A-Z]\w*|cupti[A-Z]\w*|nvtx[A-Z]\w*|nvjpeg[A-Z]\w*|__nv_[a-z]\w*|nv_bfloat16\w*)$"
 )
 # Prefixes of CUDA-only libraries with no HIP counterpart (for the lint and the report).
 CUDA_ONLY_PREFIXES = {

@@ -7,6 +7,7 @@ string and character literals and every byte between tokens are copied unchanged
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 
 from .launch import find_launches, ggl_text
 from .lint import lint
@@ -52,13 +53,17 @@ def translate(
     *,
     launch_syntax: str = "keep",
     local_names: frozenset[str] | set[str] | None = None,
+    local_headers: frozenset[str] | set[str] | None = None,
 ) -> Result:
     """Translate CUDA source text to HIP.
 
     ``path`` is used in messages only. ``launch_syntax`` is "keep" (``<<<...>>>`` stays, hipcc accepts
     it) or "ggl" (``hipLaunchKernelGGL``). ``local_names`` are names the project defines itself (macros,
     functions) that must not be reported as unknown CUDA APIs; names defined in ``source`` are found
-    automatically. Raises HipifyError when the text cannot be tokenized (an unterminated comment).
+    automatically. ``local_headers`` are the project's own header paths (and their trailing parts, e.g.
+    ``cuda/tree.hpp`` for ``src/cuda/tree.hpp``): a quoted ``#include`` of one is never taken for a CUDA
+    header; a quoted include that exists beside ``path`` is recognised too.
+    Raises HipifyError when the text cannot be tokenized (an unterminated comment).
     """
     if launch_syntax not in LAUNCH_SYNTAXES:
         raise ValueError(f"launch_syntax must be one of {LAUNCH_SYNTAXES}, not {launch_syntax!r}")
@@ -66,15 +71,16 @@ def translate(
     maps = load_maps()
     out = [t.text for t in tokens]
     result = Result(path=path, source=source, output=source)
-    declared = local_declarations(tokens) | set(local_names or ())
+    own = local_declarations(tokens)
+    declared = own | set(local_names or ())
     uses_prop = any(t.kind == IDENT and t.text in maps.prop_structs for t in tokens)
     for i, tok in enumerate(tokens):
         if tok.kind == HEADER or (tok.kind == STRING and _is_include_operand(tokens, i)):
-            _include(tokens, i, out, maps, result)
+            _include(tokens, i, out, maps, result, path, local_headers)
         elif tok.kind == IDENT:
             if uses_prop and _device_prop_member(tokens, i, out, maps, result):
                 continue
-            _identifier(tokens, i, out, maps, declared, result)
+            _identifier(tokens, i, out, maps, declared, result, own)
     for launch in find_launches(tokens):
         name = "".join(t.text for t in tokens[launch.name[0] : launch.name[1]]).strip()
         if launch_syntax == "ggl":
@@ -129,10 +135,20 @@ def _is_include_operand(tokens: list[Token], i: int) -> bool:
     )
 
 
-def _include(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Result) -> None:
+def _include(
+    tokens: list[Token],
+    i: int,
+    out: list[str],
+    maps: Maps,
+    result: Result,
+    path: str = "<string>",
+    local_headers: frozenset[str] | set[str] | None = None,
+) -> None:
     """Rewrite the header name of an #include line (or __has_include) when it is a CUDA header."""
     tok = tokens[i]
     inner = tok.text[1:-1].strip()
+    if tok.text.startswith('"') and _project_header(inner, path, local_headers):
+        return  # "cuda/tree.hpp" of the project itself, not libcu++'s <cuda/...>
     hip = maps.include(inner)
     if hip is not None:
         out[i] = tok.text[0] + hip + tok.text[-1]
@@ -143,8 +159,26 @@ def _include(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Re
         result.unconverted.append(Reference(tok.line, inner, "include", None, alt))
 
 
+def _project_header(inner: str, path: str, local_headers: frozenset[str] | set[str] | None) -> bool:
+    """Whether a quoted include names one of the project's own files."""
+    if local_headers and inner in local_headers:
+        return True
+    if path.startswith("<"):
+        return False
+    try:
+        return (Path(path).parent / inner).is_file()
+    except OSError:
+        return False
+
+
 def _identifier(
-    tokens: list[Token], i: int, out: list[str], maps: Maps, declared: set[str], result: Result
+    tokens: list[Token],
+    i: int,
+    out: list[str],
+    maps: Maps,
+    declared: set[str],
+    result: Result,
+    local_defs: set[str] | None = None,
 ) -> None:
     """Translate or report the identifier token ``i``."""
     tok = tokens[i]
@@ -165,6 +199,8 @@ def _identifier(
     if name == "__CUDA_ARCH__":
         _cuda_arch(tokens, i, out, result)
         return
+    if name in VERSION_MACROS and _version_test(tokens, i, result):
+        return
     if tok.directive == "define" and text_at(tokens, prev) == "define":
         return  # the name a #define introduces
     hit = maps.names.get(name)
@@ -173,11 +209,16 @@ def _identifier(
         out[i] = hip
         result.converted.append(Reference(tok.line, name, kind, hip))
         return
-    if name in declared or name in maps.same:
+    if name in maps.same:
         return
     miss = maps.unsupported.get(name)
-    if miss is not None:
+    if miss is not None and name not in (local_defs if local_defs is not None else ()):
+        # a known CUDA API with no HIP equivalent stays reported even when another file of the project
+        # defines it (a shim such as a vendor header for another platform); only a definition in this
+        # file (a fallback the file provides itself) silences it
         result.unconverted.append(Reference(tok.line, name, miss[0], None, miss[1]))
+    elif name in declared:
+        return
     elif CUDA_LIKE.match(name):
         result.unconverted.append(Reference(tok.line, name, "unknown", None, ""))
 
@@ -252,8 +293,54 @@ def _sync_intrinsic(tokens: list[Token], i: int, out: list[str], maps: Maps, res
     result.converted.append(Reference(tok.line, name, "device", target))
 
 
+# Under hip-clang a CUDA compute-capability test is answered for the device pass as sm_60: gfx9/CDNA GPUs
+# provide every feature such guards protect up to sm_60 (native fp16 arithmetic, atomicAdd on double,
+# block/system-scope atomics, __ldg, warp shuffles) and none of the later ones in CUDA's form (__dp4a at 6.1,
+# independent thread scheduling, wmma/mma tensor cores, __nanosleep at 7.0, cp.async and bf16 arithmetic at
+# 8.0, ...). The host pass keeps CUDA's meaning: __HIP_DEVICE_COMPILE__ is undefined there, as __CUDA_ARCH__ is.
+CUDA_ARCH_EQUIVALENT = 600
+CUDA_ARCH_VALUE = f"(__HIP_DEVICE_COMPILE__ * {CUDA_ARCH_EQUIVALENT})"
+# CUDA toolkit version macros: HIP defines none of them (HIP_VERSION is HIP's own numbering), so a
+# preprocessor test of them is already correct under HIP as written: it takes the branch of a compiler that
+# is not that CUDA toolkit. Kept (and counted converted) in #if/#elif/#ifdef/#ifndef only; anywhere else
+# (a C++ expression, a #define body) they are reported.
+VERSION_MACROS = frozenset(
+    {
+        "CUDART_VERSION",
+        "CUDA_VERSION",
+        "__CUDACC_VER_MAJOR__",
+        "__CUDACC_VER_MINOR__",
+        "__CUDACC_VER_BUILD__",
+        "__CUDA_ARCH_LIST__",
+        "__CUDA_API_VERSION",
+        "CUBLAS_VER_MAJOR",
+        "CUBLAS_VER_MINOR",
+        "CUBLAS_VER_PATCH",
+        "CUBLAS_VERSION",
+        "CUDNN_VERSION",
+        "CUSPARSE_VERSION",
+        "CUFFT_VERSION",
+        "CURAND_VERSION",
+        "NCCL_VERSION_CODE",
+    }
+)
+_CONDITIONALS = ("if", "elif", "ifdef", "ifndef")
+
+
+def _version_test(tokens: list[Token], i: int, result: Result) -> bool:
+    """A CUDA version macro in a preprocessor condition: kept, since HIP leaves it undefined."""
+    tok = tokens[i]
+    if tok.directive not in _CONDITIONALS:
+        return False
+    result.converted.append(
+        Reference(tok.line, tok.text, "version", f"{tok.text} (kept: undefined under HIP)")
+    )
+    return True
+
+
 def _cuda_arch(tokens: list[Token], i: int, out: list[str], result: Result) -> None:
-    """``__CUDA_ARCH__`` -> ``__HIP_DEVICE_COMPILE__`` where only its presence is tested."""
+    """``__CUDA_ARCH__`` -> ``__HIP_DEVICE_COMPILE__`` where only its presence is tested; a value use
+    (``#if __CUDA_ARCH__ >= 700``) -> ``(__HIP_DEVICE_COMPILE__ * 600)``, see CUDA_ARCH_EQUIVALENT."""
     tok = tokens[i]
     prev = prev_sig(tokens, i)
     nxt = next_sig(tokens, i)
@@ -274,17 +361,11 @@ def _cuda_arch(tokens: list[Token], i: int, out: list[str], result: Result) -> N
     if presence:
         out[i] = "__HIP_DEVICE_COMPILE__"
         result.converted.append(Reference(tok.line, "__CUDA_ARCH__", "types", "__HIP_DEVICE_COMPILE__"))
-    else:
-        result.unconverted.append(
-            Reference(
-                tok.line,
-                "__CUDA_ARCH__",
-                "types",
-                None,
-                "__HIP_DEVICE_COMPILE__ tests for the device pass; use __gfx90a__ etc. or a feature macro "
-                "instead of comparing compute capabilities",
-            )
-        )
+        return
+    if tok.directive in ("define", "undef") and text_at(tokens, prev) == tok.directive:
+        return  # the project defines __CUDA_ARCH__ itself (a shim for another platform)
+    out[i] = CUDA_ARCH_VALUE
+    result.converted.append(Reference(tok.line, "__CUDA_ARCH__", "types", CUDA_ARCH_VALUE))
 
 
 def local_declarations(tokens: list[Token]) -> set[str]:

@@ -17,9 +17,7 @@ def rules(src: str) -> list[str]:
 
 def test_identifiers_whole_tokens_only() -> None:
     src = "cudaMalloc(&p, n); my_cudaMalloc(); cudaMallocX(); obj.cudaMalloc(); ns::cudaFree(p);\n"
-    assert (
-        out(src) == "hipMalloc(&p, n); my_cudaMalloc(); cudaMallocX(); obj.cudaMalloc(); ns::cudaFree(p);\n"
-    )
+    assert out(src) == "hipMalloc(&p, n); my_cudaMalloc(); cudaMallocX(); obj.cudaMalloc(); ns::cudaFree(p);\n"
 
 
 def test_global_scope_qualified_name_is_translated() -> None:
@@ -89,9 +87,70 @@ def test_cuda_arch_presence_vs_comparison() -> None:
         "#if __CUDA_ARCH__ >= 800\n#endif\n"
     )
     r = translate(src, "t.cu")
-    assert r.output.count("__HIP_DEVICE_COMPILE__") == 3
-    assert "#if __CUDA_ARCH__ >= 800" in r.output
-    assert [u.line for u in r.unconverted] == [7]
+    assert r.output.count("__HIP_DEVICE_COMPILE__") == 4
+    # a compute-capability comparison answers as sm_60 in the device pass, 0 in the host pass
+    assert "#if (__HIP_DEVICE_COMPILE__ * 600) >= 800" in r.output
+    assert r.unconverted == []
+
+
+def test_cuda_arch_value_uses_and_shims() -> None:
+    src = (
+        "#if defined(FP16) && __CUDA_ARCH__ != 610\n#endif\n"
+        "#define ARCH_OF_THIS_PASS __CUDA_ARCH__\n"
+        "#define __CUDA_ARCH__ 1300\n#undef __CUDA_ARCH__\n"
+    )
+    r = translate(src, "t.cu")
+    assert r.output == (
+        "#if defined(FP16) && (__HIP_DEVICE_COMPILE__ * 600) != 610\n#endif\n"
+        "#define ARCH_OF_THIS_PASS (__HIP_DEVICE_COMPILE__ * 600)\n"
+        "#define __CUDA_ARCH__ 1300\n#undef __CUDA_ARCH__\n"
+    )
+    assert len(r.converted) == 2 and r.unconverted == []
+
+
+def test_cuda_version_macros_kept_in_conditions_only() -> None:
+    src = (
+        "#if CUDART_VERSION >= 12000\n#endif\n#ifdef __CUDA_ARCH_LIST__\n#endif\n"
+        "#elif defined(CUDA_VERSION) && CUDA_VERSION < 11000\n"
+        'printf("%d", CUDART_VERSION);\n'
+    )
+    r = translate(src, "t.cu")
+    assert r.output == src
+    assert [(c.line, c.kind) for c in r.converted] == [(1, "version"), (3, "version"), (5, "version"), (5, "version")]
+    assert [(u.line, u.name) for u in r.unconverted] == [(6, "CUDART_VERSION")]
+
+
+def test_bf16_scalar_and_block_atomics_map_bf16x2_reported() -> None:
+    src = (
+        "#include <cuda_bf16.h>\n"
+        "__device__ void f(nv_bfloat16* p, __nv_bfloat16 x, nv_bfloat162 y, int* c) {\n"
+        "  atomicAdd_block(c, 1); atomicMax_block(c, 2); float g = __bfloat162float(x);\n}\n"
+    )
+    r = translate(src, "t.cu")
+    assert r.output.splitlines()[:3] == [
+        "#include <hip/hip_bfloat16.h>",
+        "__device__ void f(hip_bfloat16* p, hip_bfloat16 x, nv_bfloat162 y, int* c) {",
+        "  atomicAdd(c, 1); atomicMax(c, 2); float g = __bfloat162float(x);",
+    ]
+    assert sorted(u.name for u in r.unconverted) == ["__bfloat162float", "nv_bfloat162"]
+    assert all(u.alternative for u in r.unconverted)
+
+
+def test_unsupported_name_defined_by_another_file_is_still_reported() -> None:
+    # a vendor shim elsewhere in the tree (#define cudaLaunchKernelEx hipLaunchKernelEx) must not hide it
+    src = "cudaLaunchKernelEx(&cfg, k);\nmy_cuda_helperX();\n"
+    r = translate(src, "t.cu", local_names={"cudaLaunchKernelEx", "cudaHelperX"})
+    assert [u.name for u in r.unconverted] == ["cudaLaunchKernelEx"]
+    own = translate("#define cudaLaunchKernelEx(c, k) launch(c, k)\n" + src, "t.cu")
+    assert own.unconverted == []
+
+
+def test_quoted_project_header_under_cuda_dir_is_not_libcudacxx(tmp_path) -> None:
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "cuda" / "tree.hpp").write_text("")
+    src = '#include "cuda/tree.hpp"\n#include "cuda/other.hpp"\n#include <cuda/barrier>\n'
+    r = translate(src, str(tmp_path / "a.cu"), local_headers={"cuda/other.hpp"})
+    assert [u.name for u in r.unconverted] == ["cuda/barrier"]
 
 
 def test_cub_namespace() -> None:
@@ -224,9 +283,7 @@ def test_lint_warp_size(src: str) -> None:
     assert "warp-size" in rules(src)
 
 
-@pytest.mark.parametrize(
-    "src", ["int x = n % 32;", "float a[32];", "x = y >> 5;", "for (int i = 16; i; --i) f();"]
-)
+@pytest.mark.parametrize("src", ["int x = n % 32;", "float a[32];", "x = y >> 5;", "for (int i = 16; i; --i) f();"])
 def test_lint_warp_size_quiet_elsewhere(src: str) -> None:
     assert "warp-size" not in rules(src)
 

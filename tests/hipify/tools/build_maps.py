@@ -443,12 +443,39 @@ DEVICE_UNSUPPORTED_ALT = {
     "__pm1": "none",
     "__pm2": "none",
     "__pm3": "none",
-    "__nv_bfloat16": "hip_bfloat16 (hip/hip_bfloat16.h) or __hip_bfloat16 (HIP >= 5.7)",
-    "__nv_bfloat162": "__hip_bfloat162 (HIP >= 5.7)",
+    "__nv_bfloat162": "__hip_bfloat162 (hip/hip_bf16.h, HIP >= 5.7); HIP 5.2 has only the scalar hip_bfloat16",
+    "nv_bfloat162": "__hip_bfloat162 (hip/hip_bf16.h, HIP >= 5.7); HIP 5.2 has only the scalar hip_bfloat16",
+    "__float2bfloat16": "hip_bfloat16(x) (HIP 5.2's hip_bfloat16 converts from float, rounding to nearest even)",
+    "__float2bfloat16_rn": "hip_bfloat16(x) (HIP 5.2's hip_bfloat16 converts from float, rounding to nearest even)",
+    "__bfloat162float": "static_cast<float>(x) (HIP 5.2's hip_bfloat16 converts to float)",
+    "__low2bfloat16": "none in HIP 5.2 (hip/hip_bf16.h, HIP >= 5.7)",
+    "__high2bfloat16": "none in HIP 5.2 (hip/hip_bf16.h, HIP >= 5.7)",
+    "__bfloat1622float2": "none in HIP 5.2 (hip/hip_bf16.h, HIP >= 5.7)",
+    "__floats2bfloat162_rn": "none in HIP 5.2 (hip/hip_bf16.h, HIP >= 5.7)",
+    "__float22bfloat162_rn": "none in HIP 5.2 (hip/hip_bf16.h, HIP >= 5.7)",
+    "make_bfloat162": "none in HIP 5.2 (hip/hip_bf16.h, HIP >= 5.7)",
     "__nv_fp8_e4m3": "__hip_fp8_e4m3 (HIP >= 6.0)",
     "__nv_fp8_e5m2": "__hip_fp8_e5m2 (HIP >= 6.0)",
+    "__nv_fp8x2_e4m3": "__hip_fp8x2_e4m3 (HIP >= 6.0)",
+    "__nv_fp8x2_e5m2": "__hip_fp8x2_e5m2 (HIP >= 6.0)",
+    "__nv_fp8x4_e4m3": "__hip_fp8x4_e4m3 (HIP >= 6.0)",
+    "__hmax": "__hgt(a, b) ? a : b, or __float2half(fmaxf(__half2float(a), __half2float(b))) (no __hmax in HIP 5.2)",
+    "__hmin": "__hlt(a, b) ? a : b (no __hmin in HIP 5.2)",
+    "__hmax2": "per-lane __hgt selects (no __hmax2 in HIP 5.2)",
+    "__hmin2": "per-lane __hlt selects (no __hmin2 in HIP 5.2)",
     "__shfl": "__shfl (deprecated CUDA form without mask; kept)",
 }
+# Device names whose HIP equivalent has another name (each HIP name must be declared in the HIP headers).
+DEVICE_MAP = {
+    # bf16 storage type: HIP 5.2's hip_bfloat16 (hip/hip_bfloat16.h) is a 16-bit bfloat with conversions
+    # from/to float (round to nearest even) and arithmetic through float, as __nv_bfloat16
+    "__nv_bfloat16": "hip_bfloat16",
+    "nv_bfloat16": "hip_bfloat16",
+}
+# Block-scope atomics: HIP 5.2 has no *_block forms; the device-scope atomic is a correct (stronger-scoped)
+# equivalent: the same result, possibly slower.
+for _op in ("Add", "Sub", "Exch", "Min", "Max", "Inc", "Dec", "CAS", "And", "Or", "Xor"):
+    DEVICE_MAP[f"atomic{_op}_block"] = f"atomic{_op}"
 DEVICE_EXTRA_SAME = [
     "__syncthreads",
     "__syncthreads_count",
@@ -1194,6 +1221,7 @@ INCLUDES = {
     "library_types.h": "hip/library_types.h",
     "math_functions.h": "hip/math_functions.h",
     "cuda_fp16.h": "hip/hip_fp16.h",
+    "cuda_bf16.h": "hip/hip_bfloat16.h",
     "cuda_profiler_api.h": "hip/hip_runtime_api.h",
     "cudaProfiler.h": "hip/hip_runtime_api.h",
     "cooperative_groups.h": "hip/hip_cooperative_groups.h",
@@ -1238,9 +1266,8 @@ for _sub in [
 ]:
     INCLUDES[f"cub/{_sub}.cuh"] = "hipcub/hipcub.hpp"
 INCLUDES_UNSUPPORTED = {
-    "cuda_bf16.h": "hip/hip_bfloat16.h (hip_bfloat16 class) or hip/hip_bf16.h (HIP >= 5.7)",
     "cuda_fp8.h": "hip/hip_fp8.h (HIP >= 6.0)",
-    "mma.h": "rocWMMA (rocwmma/rocwmma.hpp): a different API for matrix cores",
+    "mma.h": "rocWMMA (rocwmma/rocwmma.hpp, not in HIP 5.2 or Debian): a different API for matrix cores",
     "cuda_pipeline.h": "none: no asynchronous copy pipeline on AMD",
     "cuda/pipeline": "none: no asynchronous copy pipeline on AMD",
     "cuda/barrier": "none",
@@ -1514,7 +1541,10 @@ def device_table() -> dict:
         if name not in HIP:
             unsupported[name] = alt
             same.discard(name)
-    return {"map": {}, "rewrite": DEVICE_REWRITE, "same": sorted(same), "unsupported": unsupported}
+    dmap = {k: v for k, v in DEVICE_MAP.items() if v in HIP and k not in HIP}
+    for k in dmap:
+        unsupported.pop(k, None)
+    return {"map": dmap, "rewrite": DEVICE_REWRITE, "same": sorted(same), "unsupported": unsupported}
 
 
 def mirror_table(hip_headers: list[Path], lower: str, upper: str, hlower: str, hupper: str) -> dict:
