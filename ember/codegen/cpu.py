@@ -17,10 +17,11 @@ from typing import Any
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ..errors import CodegenError, ToolchainError
+from ..errors import CodegenError, EmberError, ToolchainError
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.buffer import Buffer
+from ..ir.verify import verify
 from ..ir.visitor import free_vars
 from ..target import Target
 from .llvm import I32, I64, PTR, CodeGenLLVM, signature_vars
@@ -209,7 +210,13 @@ def compile_cpu(funcs: list[S.PrimFunc], target: Target, module_name: str = "emb
     cg = CodeGenCPU(target, module_name)
     sigs = []
     for f in funcs:
-        cg.add_function(f)
+        verify(f)  # ill-typed loop IR raises CodegenError here, before LLVM sees it
+        try:
+            cg.add_function(f)
+        except EmberError:
+            raise
+        except (ValueError, TypeError, AttributeError, KeyError, AssertionError) as exc:
+            raise CodegenError(f"code generation of {f.name} failed: {type(exc).__name__}: {exc}") from exc
         sigs.append(function_signature(f))
     meta = json.dumps(sigs).encode()
     data = ir.GlobalVariable(cg.module, ir.ArrayType(ir.IntType(8), len(meta)), "__ember_metadata")
