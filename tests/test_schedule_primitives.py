@@ -420,3 +420,24 @@ def test_everything_combined(kernel, rng):
         a = rng.standard_normal(shape).astype("float32")
         (r,) = kernel.run(fn, [a], [(shape, "float32")])
         np.testing.assert_allclose(r, (a * 0.5 + 1) ** 2, rtol=1e-6)
+
+
+def test_compute_at_region_depending_on_a_loop_that_is_later_removed(kernel, rng):
+    """Regression (found by the property tests): the attached stage's buffer shape depends on the
+    attach loop; when loop partitioning left iterations of extent one, the loop variable was
+    substituted everywhere but in the Allocate's shape, and lowering failed with "variable ... is
+    bound by nothing"."""
+    A = te.placeholder((1, 3), name="A")
+    B = te.placeholder((3,), name="B")
+    T = te.compute((1, 3), lambda i, j: A[i, j] * 2.0 - B[j], name="T")
+    C = te.compute((1, 3), lambda i, j: T[i, j] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    o, _ = s[C].split(f, factor=1)
+    o2, _ = s[C].split(o, factor=1)
+    o3, _ = s[C].split(o2, factor=2)
+    s[T].compute_at(s[C], o3)
+    a = rng.standard_normal((1, 3)).astype("float32")
+    b = rng.standard_normal(3).astype("float32")
+    (c,) = kernel(s, [A, B, C], [a, b], [((1, 3), "float32")])
+    kernel.assert_fp(c, a.astype(np.float64) * 2 - b + 1, 2 * np.abs(a) + np.abs(b) + 1)

@@ -120,6 +120,17 @@ def substitute(node: Any, mapping: dict[Var, PrimExpr]) -> Any:
         def visit_Var(self, v: Var) -> PrimExpr:
             return mapping.get(v, v)
 
+        def visit_Allocate(self, s: Any) -> Any:
+            # The allocated shape may use the variables too (a region computed inside a loop);
+            # the new buffer keeps its data pointer, so loads and stores still find it.
+            out = self.generic_mutate(s)
+            buf = s.buffer
+            shape = tuple(self.visit(x) for x in buf.shape)
+            strides = tuple(self.visit(x) for x in buf.strides)
+            if all(a is b for a, b in zip(shape + strides, buf.shape + buf.strides)):
+                return out
+            return dataclasses.replace(out, buffer=dataclasses.replace(buf, shape=shape, strides=strides))
+
     return _Sub().visit(node)
 
 
