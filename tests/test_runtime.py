@@ -252,3 +252,22 @@ def test_load_module_errors(tmp_path):
     bad.write_bytes(b"not a shared library")
     with pytest.raises(ember.EmberError, match="not a library written by ember"):
         ember.runtime.load_module(str(bad))
+
+
+def test_module_with_several_functions(tmp_path, rng):
+    def lowered(name, scale):
+        n = te.var("n")
+        A = te.placeholder((n,), name="A")
+        B = te.compute((n,), lambda i: A[i] * scale, name="B")
+        return ember.lower(te.create_schedule(B.op), [A, B], name=name)
+
+    m = ember.build([lowered("twice", 2.0), lowered("thrice", 3.0)])
+    assert m.function_names == ["twice", "thrice"]
+    path = tmp_path / "two.so"
+    m.export_library(str(path))
+    for mod in (m, ember.load_module(str(path))):
+        a = rng.standard_normal(11).astype("float32")
+        for name, scale in (("twice", 2), ("thrice", 3)):
+            out = ember.nd.array(np.full(11, np.nan, dtype="float32"))
+            mod[name](ember.nd.array(a), out)
+            np.testing.assert_array_equal(out.numpy(), a * np.float32(scale))
