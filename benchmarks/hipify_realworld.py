@@ -1,10 +1,16 @@
-"""Run ember hipify over real CUDA code it has never seen and record conversion and hipcc results.
+"""Run ember hipify over real CUDA code bases it has never seen; record conversion and hipcc results.
 
-The code base is given by path (nothing is downloaded here). The recorded run used llama.cpp's CUDA
-backend (ggml/src/ggml-cuda) as shipped in the llama-cpp-python 0.3.36 source distribution:
-    pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 && tar xzf llama_cpp_python-*.tar.gz
-    python3 benchmarks/hipify_realworld.py llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/src/ggml-cuda \
-        --include llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/include --compile 8
+One command reproduces every real-world figure in docs/hipify.md and writes
+benchmarks/results/hipify_realworld.json:
+
+    .venv/bin/python benchmarks/hipify_realworld.py [--dl-dir /tmp/ember_hipify_rw] [--only NAME] [--compile-limit N]
+
+Each code base is a PyPI source distribution fetched with pip (`pip download --no-deps --no-binary PKG PKG==V`)
+into --dl-dir (kept there, never in the repository) and unpacked. The whole tree named by `root` is translated
+with `ember.hipify` (so headers shared with the CUDA backend, e.g. ggml-common.h, are translated too); then
+every translation unit of its CUDA build is compiled with Debian's hipcc for gfx90a (HIP_PLATFORM=amd, no GPU
+needed), with the include directories and defines the project's own CUDA build uses. A failure is recorded
+with its first error and a reason; a header that no Debian 12 package ships is named as such.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections import Counter
@@ -25,70 +33,187 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ember.hipify.cli import main as hipify_main  # noqa: E402
 
+CODEBASES = [
+    {
+        "name": "llama.cpp ggml",
+        "package": "llama-cpp-python",
+        "version": "0.3.36",
+        "root": "llama_cpp_python-0.3.36/vendor/llama.cpp/ggml",
+        "what": "the whole ggml tree (src/ and include/): CUDA backend src/ggml-cuda plus the shared headers "
+        "(ggml-common.h, ggml-impl.h, ...) and the other backends",
+        # units of the CUDA backend's build (ggml/src/ggml-cuda/CMakeLists.txt: every .cu there)
+        "units": ["src/ggml-cuda/**/*.cu"],
+        "includes": ["include", "src", "src/ggml-cuda"],
+        "defines": [],
+    },
+    {
+        "name": "LightGBM CUDA",
+        "package": "lightgbm",
+        "version": "4.7.0",
+        "root": "lightgbm-4.7.0",
+        "what": "the whole LightGBM source tree (src/, include/, vendored external_libs/); its CUDA tree learner, "
+        "objectives, metrics and data code are the CUDA part",
+        # CMakeLists.txt with USE_CUDA: src/**/cuda/*.cu and *.cpp (the .cpp ones call the CUDA runtime)
+        "units": ["src/**/cuda/*.cu", "src/**/cuda/*.cpp"],
+        "includes": [
+            "include",
+            "external_libs/eigen",
+            "external_libs/fmt/include",
+            "external_libs/fast_double_parser/include",
+        ],
+        "defines": ["USE_CUDA", "EIGEN_MPL2_ONLY", "EIGEN_DONT_PARALLELIZE"],
+    },
+]
 
-def compile_one(path: Path, includes: list[str], timeout: int) -> dict:
-    """hipcc one translated unit for gfx90a; returns rc, seconds and the first error line."""
+# HIP library headers that no Debian 12 package ships (apt-cache search finds no hipblas, hipcub, hipfft,
+# hipsolver, miopen, rccl, rocthrust); a unit that fails on one of these cannot be compiled here.
+NOT_INSTALLABLE = {
+    "hipblas": "hipBLAS has no Debian 12 package",
+    "hipblaslt": "hipBLASLt has no Debian 12 package",
+    "hipcub": "hipCUB has no Debian 12 package",
+    "hipfft": "hipFFT has no Debian 12 package",
+    "hipsolver": "hipSOLVER has no Debian 12 package",
+    "miopen": "MIOpen has no Debian 12 package",
+    "rccl": "RCCL has no Debian 12 package",
+    "thrust": "rocThrust has no Debian 12 package",
+}
+_FATAL = re.compile(r"fatal error: '([^']+)' file not found")
+
+
+def fetch(cb: dict, dl: Path) -> Path:
+    """Download and unpack the code base's sdist into ``dl``; returns the directory to translate."""
+    root = dl / cb["root"]
+    if root.is_dir():
+        return root
+    sdist = next(dl.glob(f"{cb['package'].replace('-', '_')}-{cb['version']}.tar.gz"), None)
+    if sdist is None:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", cb["package"]]
+        cmd += [f"{cb['package']}=={cb['version']}", "-d", str(dl)]
+        subprocess.run(cmd, check=True)
+        sdist = next(dl.glob(f"{cb['package'].replace('-', '_')}-{cb['version']}.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(dl, filter="data")
+    return root
+
+
+def reason(log: str, rc: int) -> tuple[str, str]:
+    """(reason, first error line) of a failed compile."""
+    if rc == -1:
+        return "timeout", log
+    first = next((line for line in log.splitlines() if "error" in line), log.strip().splitlines()[-1:] or [""])
+    first = first if isinstance(first, str) else first[0]
+    m = _FATAL.search(log)
+    if m:
+        header = m.group(1)
+        lib = header.split("/")[0].split(".")[0]
+        why = NOT_INSTALLABLE.get(lib)
+        return (f"missing header {header}: {why}" if why else f"missing header {header}"), first[:300]
+    return "compile error", first[:300]
+
+
+def compile_one(path: Path, tree: Path, cb: dict, timeout: int) -> dict:
+    """hipcc one translated unit for gfx90a."""
     env = dict(os.environ, HIP_PLATFORM="amd")
     cmd = ["hipcc", "--offload-arch=gfx90a", "-x", "hip", "-std=c++17", "-c", str(path), "-o", os.devnull]
-    for inc in includes:
-        cmd += ["-I", inc]
+    cmd += [f"-I{tree / inc}" for inc in cb["includes"]] + [f"-D{d}" for d in cb["defines"]]
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
         rc, log = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired:
         rc, log = -1, f"timeout after {timeout}s"
-    first = next((line for line in log.splitlines() if "error" in line), "")
-    return {"file": path.name, "rc": rc, "seconds": round(time.time() - t0, 1), "first_error": first[:300]}
+    out = {"file": str(path.relative_to(tree)), "rc": rc, "seconds": round(time.time() - t0, 1)}
+    if rc != 0:
+        out["reason"], out["first_error"] = reason(log, rc)
+    return out
 
 
-def main() -> int:
-    """Translate, summarise, compile a sample, write the JSON result."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("source", help="directory of CUDA sources")
-    ap.add_argument("--include", action="append", default=[], help="extra include directory for hipcc")
-    ap.add_argument("--compile", type=int, default=8, help="number of translated .cu files to compile")
-    ap.add_argument("--timeout", type=int, default=240)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "hipify_realworld.json"))
-    args = ap.parse_args()
-    src = Path(args.source)
-    work = Path(tempfile.mkdtemp(prefix="hipify_rw_"))
-    stats = work / "stats.json"
+def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace) -> dict:
+    """Translate one code base, compile its CUDA units, return its record."""
+    src = fetch(cb, dl)
+    tree = work / cb["package"]
+    stats = work / f"{cb['package']}.json"
+    # the build also needs files hipify does not translate (Eigen's extensionless headers, .inc, ...):
+    # copy the tree, then write the translations over the copies
+    shutil.copytree(src, tree, symlinks=True)
     t0 = time.time()
-    rc = hipify_main([str(src), "-o", str(work / "hip"), "-q", "--stats-json", str(stats)])
+    rc = hipify_main([str(src), "-o", str(tree), "-q", "--stats-json", str(stats)])
     seconds = time.time() - t0
     summary = json.loads(stats.read_text())
     total = summary["total"]
+    units = sorted({p for pattern in cb["units"] for p in tree.glob(pattern)})
+    if args.compile_limit is not None:
+        units = units[: args.compile_limit]
     compiled: list[dict] = []
-    if shutil.which("hipcc") and args.compile:
-        units = sorted((work / "hip").rglob("*.cu"), key=lambda p: p.stat().st_size)[: args.compile]
-        includes = [str(work / "hip"), str(work / "hip" / "..")] + args.include
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            compiled = list(pool.map(lambda p: compile_one(p, includes, args.timeout), units))
-    result = {
-        "source": str(src),
+    if shutil.which("hipcc") and units:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            compiled = list(pool.map(lambda p: compile_one(p, tree, cb, args.timeout), units))
+    refs = total["converted"] + total["unconverted"]
+    cuda_files = [f for f in summary["files"] if f["converted"] + f["unconverted"]]
+    return {
+        "name": cb["name"],
+        "source": f"pip download --no-deps --no-binary {cb['package']} {cb['package']}=={cb['version']}; "
+        f"tree {cb['root']}",
+        "what": cb["what"],
         "hipify_exit": rc,
         "translate_seconds": round(seconds, 2),
         "files": total["files"],
+        "files_with_cuda_references": len(cuda_files),
         "lines_total": total["lines_total"],
+        "references": refs,
         "converted": total["converted"],
         "unconverted": total["unconverted"],
         "percent": total["percent"],
         "converted_by_kind": total["converted_by_kind"],
         "unconverted_by_kind": total["unconverted_by_kind"],
-        "top_unconverted": dict(Counter(total["unconverted_names"]).most_common(40)),
+        "unconverted_names": total["unconverted_names"],
         "warnings_by_rule": total["warnings_by_rule"],
         "errors": summary["errors"],
         "hipcc": {
-            "compiled": len(compiled),
+            "command": "hipcc --offload-arch=gfx90a -x hip -std=c++17 -c UNIT "
+            + " ".join(f"-I{i}" for i in cb["includes"])
+            + "".join(f" -D{d}" for d in cb["defines"]),
+            "attempted": len(compiled),
             "ok": sum(1 for c in compiled if c["rc"] == 0),
+            "failures_by_reason": dict(Counter(c["reason"] for c in compiled if c["rc"] != 0).most_common()),
             "results": compiled,
         },
     }
+
+
+def main() -> int:
+    """Fetch, translate and compile every code base; write the JSON result."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dl-dir", default=str(Path(tempfile.gettempdir()) / "ember_hipify_rw"))
+    ap.add_argument("--only", action="append", help="code base name (default: all)")
+    ap.add_argument("--compile-limit", type=int, default=None, help="compile at most N units per code base")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "hipify_realworld.json"))
+    args = ap.parse_args()
+    dl = Path(args.dl_dir)
+    dl.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="hipify_rw_"))
+    records = []
+    for cb in CODEBASES:
+        if args.only and cb["name"] not in args.only and cb["package"] not in args.only:
+            continue
+        rec = run_codebase(cb, dl, work, args)
+        records.append(rec)
+        h = rec["hipcc"]
+        print(
+            f"{rec['name']}: {rec['files']} files ({rec['files_with_cuda_references']} with CUDA references), "
+            f"{rec['references']} references, {rec['converted']} converted, {rec['unconverted']} unconverted "
+            f"({rec['percent']}%); hipcc gfx90a {h['ok']}/{h['attempted']}; failures: {h['failures_by_reason']}"
+        )
+    result = {
+        "hipcc": subprocess.run(["hipcc", "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
+        if shutil.which("hipcc")
+        else None,
+        "codebases": records,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: result[k] for k in ("files", "lines_total", "converted", "unconverted", "percent")}))
-    print(f"hipcc: {result['hipcc']['ok']}/{result['hipcc']['compiled']} compiled")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

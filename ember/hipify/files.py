@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .errors import HipifyError
 
-EXTENSIONS = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c")
+EXTENSIONS = (".cu", ".cuh", ".hu", ".h", ".hpp", ".inl", ".cpp", ".cc", ".c")
 _SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "node_modules"}
 
 
