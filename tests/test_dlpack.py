@@ -103,3 +103,19 @@ def test_torch_non_contiguous_is_refused():
     t = torch.arange(20, dtype=torch.float32).reshape(4, 5).t()
     with pytest.raises(ember.ArgumentError, match="contiguous"):
         ember.nd.from_dlpack(t)
+
+
+def test_offset_and_empty_producers():
+    x = np.arange(10, dtype="float32")[4:]  # data pointer inside a larger allocation
+    np.testing.assert_array_equal(ember.nd.from_dlpack(x).numpy(), x)
+    z = ember.nd.array(np.zeros((0, 3), dtype="float32"))
+    assert np.from_dlpack(z).shape == (0, 3)
+    assert ember.nd.from_dlpack(np.zeros((0, 3), dtype="float32")).shape == (0, 3)
+    assert np.from_dlpack(ember.nd.array(np.array([True, False]))).tolist() == [True, False]
+
+
+@needs_torch
+def test_torch_slice_with_storage_offset():
+    t = torch.arange(10, dtype=torch.float32)[3:]
+    np.testing.assert_array_equal(ember.nd.from_dlpack(t).numpy(), np.arange(3, 10))
+    assert ember.nd.from_dlpack(torch.zeros(0, 3)).shape == (0, 3)
