@@ -106,6 +106,7 @@ def test_torch_non_contiguous_is_refused():
 
 
 def test_offset_and_empty_producers():
+    # Regression: an empty NumPy array (strides 0, 0) was refused as "not contiguous".
     x = np.arange(10, dtype="float32")[4:]  # data pointer inside a larger allocation
     np.testing.assert_array_equal(ember.nd.from_dlpack(x).numpy(), x)
     z = ember.nd.array(np.zeros((0, 3), dtype="float32"))

@@ -130,7 +130,7 @@ def import_capsule(obj: Any) -> tuple[_Import, int, tuple[int, ...], DataType, t
     t = keeper.managed.dl_tensor
     shape = tuple(int(t.shape[k]) for k in range(t.ndim))
     dt = ember_dtype(t.dtype)
-    if t.strides:
+    if t.strides and 0 not in shape:  # an empty tensor is contiguous whatever its strides
         expected = 1
         for k in reversed(range(t.ndim)):
             if shape[k] != 1 and int(t.strides[k]) != expected:
