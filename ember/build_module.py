@@ -60,7 +60,7 @@ def _build_cpu(funcs: list[PrimFunc], tgt: Target, use_cache: bool, cache_dir: A
 
     loop_ir = "\n\n".join(str(f) for f in funcs)
     root = cache.cache_dir(cache_dir) if use_cache else None
-    key = cache.cache_key("cpu", loop_ir, tgt.triple, tgt.mcpu, tgt.mattr, str(tgt))
+    key = cache.cache_key("cpu", loop_ir, _types_of(funcs), tgt.triple, tgt.mcpu, tgt.mattr, str(tgt))
     if root is not None:
         hit = cache.load(root, key)
         if hit is not None:
@@ -84,3 +84,18 @@ def _build_cpu(funcs: list[PrimFunc], tgt: Target, use_cache: bool, cache_dir: A
             {"target": str(tgt)},
         )
     return jit_module(compiled, loop_ir, tgt)
+
+
+def _types_of(funcs: list[PrimFunc]) -> str:
+    """The data type of every parameter and expression node, in order: the printed loop IR leaves
+    some out (integer constants, variables), and kernels that differ only there must not share a
+    cache entry (``te.var("n", "int64")`` against ``"int32"``)."""
+    from .ir.buffer import Buffer
+    from .ir.visitor import free_vars, post_order_visit
+
+    out: list[str] = []
+    for f in funcs:
+        out.extend(str(p.dtype) for p in f.params if isinstance(p, (Buffer, E.Var)))
+        out.extend(str(v.dtype) for p in f.params if isinstance(p, Buffer) for x in p.shape for v in free_vars(x))
+        post_order_visit(f.body, lambda n: out.append(str(n.dtype)) if isinstance(n, E.PrimExpr) else None)
+    return ",".join(out)

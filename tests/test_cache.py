@@ -168,3 +168,20 @@ def test_default_location_is_under_home(monkeypatch, tmp_path):
     monkeypatch.delenv("EMBER_CACHE_DIR", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert cache.cache_dir() == tmp_path / ".cache" / "ember"
+
+
+def test_kernels_differing_only_in_types_do_not_share_an_entry(tmp_path, counter):
+    """Regression: a size var of int64 and one of int32 print the same loop IR, so both kernels
+    shared one cache entry (the second got the first's int32 signature)."""
+
+    def build(dt):
+        n = te.var("n", dt)
+        A = te.placeholder((n,), name="A")
+        B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+        return ember.build(te.create_schedule(B.op), [A, B], cache_dir=tmp_path)
+
+    f32, f64 = build("int32"), build("int64")
+    assert counter.calls == 2 and len(_entries(tmp_path)) == 2
+    assert f32.get_function("main").sig["scalars"][0]["dtype"] == "int32"
+    assert f64.get_function("main").sig["scalars"][0]["dtype"] == "int64"
+    _check(f64)
