@@ -5,6 +5,7 @@ __version__ = "0.1.0"
 
 from . import nd, te  # noqa: E402
 from .build_module import build  # noqa: E402
+from .compile import CompiledModel, compile, load  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError,
     CodegenError,
@@ -22,6 +23,7 @@ from .target import Target  # noqa: E402
 __all__ = [
     "ArgumentError",
     "CodegenError",
+    "CompiledModel",
     "Device",
     "DeviceError",
     "EmberError",
@@ -34,9 +36,11 @@ __all__ = [
     "ToolchainError",
     "__version__",
     "build",
+    "compile",
     "cpu",
     "cuda",
     "device",
+    "load",
     "load_module",
     "lower",
     "nd",

@@ -1,0 +1,222 @@
+"""ONNX frontend: a ``ModelProto`` (or a path to one) to ember's graph IR.
+
+* opsets 7 to the newest the installed ``onnx`` knows (the default domain's version is given to
+  every operator, which reads its attributes and inputs accordingly);
+* initializers, including tensors stored in external data files next to the model
+  (``model.onnx.data``);
+* input shapes from the model's ``value_info``, or from ``input_shapes`` (which wins);
+* a model with operators ember does not implement raises one :class:`UnsupportedOpError` naming
+  every such operator type; an unreadable file raises :class:`ModelFormatError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import EmberError
+from ..graph.ir import Graph, Node, TensorInfo
+from ..ops.elemwise import ONNX_DTYPES
+from ..ops.registry import lookup
+
+MIN_OPSET = 1
+
+
+class FrontendError(EmberError):
+    """A model cannot be imported."""
+
+
+class ModelFormatError(FrontendError):
+    """The file is not a readable ONNX model (truncated, not protobuf, missing external data)."""
+
+
+class UnsupportedOpError(FrontendError):
+    """The model uses operators ember does not implement; ``ops`` lists every one of them."""
+
+    def __init__(self, ops: dict[str, int]):
+        self.ops = dict(ops)
+        listing = ", ".join(f"{k} (x{v})" for k, v in sorted(ops.items()))
+        super().__init__(f"the model uses {len(ops)} operator type(s) ember does not support: {listing}")
+
+
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise FrontendError("importing ONNX models needs the onnx package: pip install onnx") from exc
+    return onnx
+
+
+_ELEM = ONNX_DTYPES
+
+
+def elem_dtype(code: int, what: str) -> str:
+    """The dtype of ONNX element type ``code``; FrontendError when ember has no such type."""
+    dt = _ELEM.get(int(code))
+    if dt is None:
+        onnx = _onnx()
+        try:
+            nm = onnx.TensorProto.DataType.Name(int(code))
+        except ValueError:
+            nm = str(code)
+        raise UnsupportedOpError({f"tensor type {nm} ({what})": 1})
+    return dt
+
+
+def load_model(model: Any) -> Any:
+    """A ``ModelProto`` from a path, bytes or a ``ModelProto`` (external data loaded)."""
+    onnx = _onnx()
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        try:
+            return onnx.load_from_string(bytes(model))
+        except Exception as exc:  # noqa: BLE001 - protobuf raises several types
+            raise ModelFormatError(f"the bytes given are not an ONNX model ({type(exc).__name__}: {exc})") from exc
+    path = os.fspath(model)
+    if not os.path.exists(path):
+        raise ModelFormatError(f"{path}: no such file")
+    try:
+        m = onnx.load(path, load_external_data=False)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelFormatError(
+            f"{path} is not a readable ONNX model: {type(exc).__name__}: {exc}. "
+            "Check that the file is complete (not truncated) and is an .onnx file"
+        ) from exc
+    if not m.graph.node and not m.graph.output:
+        raise ModelFormatError(f"{path} holds no ONNX graph (is it an ONNX model?)")
+    try:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(m, os.path.dirname(os.path.abspath(path)))
+    except Exception as exc:  # noqa: BLE001
+        raise ModelFormatError(f"{path}: could not read its external data files: {exc}") from exc
+    return m
+
+
+def _attr(a: Any) -> Any:
+    onnx = _onnx()
+    from onnx import numpy_helper
+
+    t = a.type
+    A = onnx.AttributeProto
+    if t == A.FLOAT:
+        return float(a.f)
+    if t == A.INT:
+        return int(a.i)
+    if t == A.STRING:
+        return bytes(a.s)
+    if t == A.TENSOR:
+        return _tensor(a.t, f"attribute {a.name}")
+    if t == A.FLOATS:
+        return [float(x) for x in a.floats]
+    if t == A.INTS:
+        return [int(x) for x in a.ints]
+    if t == A.STRINGS:
+        return [bytes(x) for x in a.strings]
+    if t == A.GRAPH:
+        return a.g
+    del numpy_helper
+    return None
+
+
+def _tensor(t: Any, what: str) -> np.ndarray:
+    from onnx import numpy_helper
+
+    elem_dtype(t.data_type, what)
+    try:
+        arr = numpy_helper.to_array(t)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelFormatError(f"{what}: tensor {t.name!r} cannot be read ({exc})") from exc
+    return np.require(arr, requirements="C")
+
+
+def _constant_value(attrs: dict[str, Any]) -> np.ndarray:
+    if "value" in attrs:
+        return np.asarray(attrs["value"])
+    if "value_float" in attrs:
+        return np.array(attrs["value_float"], np.float32)
+    if "value_floats" in attrs:
+        return np.array(attrs["value_floats"], np.float32)
+    if "value_int" in attrs:
+        return np.array(attrs["value_int"], np.int64)
+    if "value_ints" in attrs:
+        return np.array(attrs["value_ints"], np.int64)
+    raise FrontendError(f"Constant node with attributes {sorted(attrs)} is not supported (strings, sparse tensors)")
+
+
+def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Convert an ONNX model (path, bytes or ModelProto) to ember's graph IR."""
+    m = load_model(model)
+    opset = 1
+    for imp in m.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            opset = int(imp.version)
+    if opset < MIN_OPSET:
+        raise FrontendError(
+            f"the model uses opset {opset}; ember supports opsets {MIN_OPSET} and newer "
+            "(convert it with onnx.version_converter)"
+        )
+    g = m.graph
+    unsupported: dict[str, int] = {}
+    for n in g.node:
+        if n.domain not in ("", "ai.onnx") or lookup(n.op_type) is None:
+            key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+            unsupported[key] = unsupported.get(key, 0) + 1
+    consts: dict[str, np.ndarray] = {}
+    for t in g.initializer:
+        try:
+            consts[t.name] = _tensor(t, f"initializer {t.name}")
+        except UnsupportedOpError as exc:
+            unsupported.update(exc.ops)
+    values: dict[str, TensorInfo] = {}
+    inputs: list[str] = []
+    shapes = dict(input_shapes or {})
+    for name in shapes:
+        if name not in [i.name for i in g.input]:
+            raise FrontendError(
+                f"input_shapes names {name!r}, which is not an input of the model "
+                f"(inputs: {', '.join(i.name for i in g.input if i.name not in consts)})"
+            )
+    for vi in g.input:
+        if vi.name in consts and vi.name not in shapes:
+            continue
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            unsupported[f"non-tensor input {vi.name}"] = 1
+            continue
+        try:
+            dt = elem_dtype(tt.elem_type, f"input {vi.name}")
+        except UnsupportedOpError as exc:
+            unsupported.update(exc.ops)
+            continue
+        if vi.name in shapes:
+            shp = tuple(int(d) for d in shapes[vi.name])
+        else:
+            dims = []
+            for k, d in enumerate(tt.shape.dim):
+                if d.HasField("dim_value"):
+                    dims.append(int(d.dim_value))
+                else:
+                    raise FrontendError(
+                        f"input {vi.name!r} has a symbolic dimension {k} ({d.dim_param or '?'}); give its size: "
+                        f"ember.compile(model, input_shapes={{{vi.name!r}: (...)}})"
+                    )
+            shp = tuple(dims)
+        consts.pop(vi.name, None)
+        values[vi.name] = TensorInfo(shp, dt)
+        inputs.append(vi.name)
+    if unsupported:
+        raise UnsupportedOpError(unsupported)
+    nodes = []
+    for k, n in enumerate(g.node):
+        attrs = {a.name: _attr(a) for a in n.attribute}
+        if any(a.type == _onnx().AttributeProto.GRAPH for a in n.attribute):
+            raise UnsupportedOpError({f"{n.op_type} (with a subgraph)": 1})
+        if n.op_type == "Constant":
+            attrs = {"value": _constant_value(attrs)}
+        nodes.append(Node(n.op_type, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{k}", opset))
+    return Graph(inputs, [o.name for o in g.output], nodes, values, consts, g.name or "model")

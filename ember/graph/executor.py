@@ -1,0 +1,436 @@
+"""From a graph to a runnable model: kernels per fused group, a memory plan, the executor, and
+the saved format.
+
+A compiled model is a *plan* (plain JSON: inputs, outputs, steps, storages) plus one compiled
+module holding every kernel plus the constants. Steps are ``kernel`` (call a function on named
+values) or ``view`` (a reshape that copies nothing). Intermediate values live in storages that
+the memory plan reuses once their last reader has run.
+
+Saved format (``CompiledModel.save``): a zip archive with ``plan.json`` (format
+``ember-model/1``), ``kernels.so`` (the module as a shared library) and ``weights.npz`` (the
+constants, NumPy's format, read with ``allow_pickle=False``). No pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import te
+from ..errors import ArgumentError, EmberError
+from ..ops.registry import NeedValue
+from ..ops.schedule import schedule_group
+from ..ops.util import uname
+from .ir import Graph
+from .passes import Group, build_node, dead_code_elimination, fuse, infer_and_fold, simplify
+
+FORMAT = "ember-model/1"
+_VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+
+
+class Progress:
+    """Prints compile progress to stderr once a compile has taken more than ``delay`` seconds."""
+
+    def __init__(self, delay: float = 1.0, stream: Any = None):
+        self.start = time.perf_counter()
+        self.delay = delay
+        self.stream = stream or sys.stderr
+        self.shown = False
+
+    def __call__(self, msg: str) -> None:
+        if time.perf_counter() - self.start < self.delay:
+            return
+        tty = getattr(self.stream, "isatty", lambda: False)()
+        end = "\r" if tty else "\n"
+        self.stream.write(f"ember: {msg}".ljust(78 if tty else 0) + end)
+        self.stream.flush()
+        self.shown = True
+
+    def done(self, msg: str) -> None:
+        """Final line (only when progress was shown)."""
+        if self.shown:
+            self.stream.write(f"ember: {msg}".ljust(78) + "\n")
+            self.stream.flush()
+
+
+def optimize(graph: Graph, progress: Callable[[str], None] | None = None) -> Graph:
+    """The graph passes: inference with constant folding, simplification, dead-code elimination."""
+    g = infer_and_fold(graph, progress=progress)
+    g = simplify(g)
+    return dead_code_elimination(g)
+
+
+def _group_is_view(gr: Group, graph: Graph) -> bool:
+    return (
+        len(gr.nodes) == 1
+        and gr.nodes[0].op in _VIEW_OPS
+        and len(gr.outputs) == 1
+        and len([i for i in gr.inputs if i not in graph.consts]) >= 1
+    )
+
+
+def lower_groups(
+    graph: Graph, groups: list[Group], progress: Callable[[str], None] | None = None
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Build and lower one function per non-view group; returns (functions, steps)."""
+    from ..lower import lower
+
+    funcs, steps = [], []
+    for k, gr in enumerate(groups):
+        if _group_is_view(gr, graph):
+            steps.append({"kind": "view", "src": gr.nodes[0].inputs[0], "dst": gr.outputs[0]})
+            continue
+        if progress:
+            progress(f"kernel {k + 1}/{len(groups)}: {gr.name}")
+        tensors: dict[str, te.Tensor] = {}
+        params = []
+        for i in gr.inputs:
+            info = graph.values[i]
+            t = te.placeholder(info.shape, info.dtype, name=uname("p"))
+            tensors[i] = t
+            params.append(t)
+        for node in gr.nodes:
+            outs = build_node(node, tensors, graph.consts)
+            for o, t in zip(node.outputs, outs):
+                if o:
+                    tensors[o] = t
+        outs = [tensors[o] for o in gr.outputs]
+        # An output that is an input (or appears twice) needs its own copy stage.
+        seen: set[int] = set()
+        fixed = []
+        for o in outs:
+            if id(o.op) in seen or o in params:
+                o = te.compute(o.shape, lambda *i, o=o: o[i], name=uname("copy"))
+            seen.add(id(o.op))
+            fixed.append(o)
+        s = schedule_group(fixed, set())
+        used = {id(st.op) for st in s.stages}
+        ins = [(name, t) for name, t in zip(gr.inputs, params) if id(t.op) in used]
+        fname = f"k{k}_{''.join(c if c.isalnum() else '_' for c in gr.name)}"
+        funcs.append(lower(s, [t for _, t in ins] + fixed, fname))
+        steps.append(
+            {"kind": "kernel", "func": fname, "args": [n for n, _ in ins] + list(gr.outputs), "nout": len(gr.outputs)}
+        )
+    return funcs, steps
+
+
+def plan_memory(graph: Graph, steps: list[dict[str, Any]]) -> tuple[dict[str, int], list[int]]:
+    """Assign every intermediate value a storage, reusing storages whose values are dead.
+    Returns (value -> storage id, storage sizes in bytes). Graph inputs, outputs and constants
+    get none; a view shares its source's storage."""
+    root: dict[str, str] = {}
+    for st in steps:
+        if st["kind"] == "view":
+            root[st["dst"]] = root.get(st["src"], st["src"])
+    last_use: dict[str, int] = {}
+    for k, st in enumerate(steps):
+        reads = st["args"] if st["kind"] == "kernel" else [st["src"]]
+        for v in reads:
+            r = root.get(v, v)
+            last_use[r] = k
+    for o in graph.outputs:
+        last_use[root.get(o, o)] = len(steps)
+    special = set(graph.inputs) | set(graph.consts) | {root.get(o, o) for o in graph.outputs}
+    assign: dict[str, int] = {}
+    sizes: list[int] = []
+    free: list[int] = []
+    release: dict[int, list[int]] = {}
+    for k, st in enumerate(steps):
+        if st["kind"] == "kernel":
+            for v in st["args"][len(st["args"]) - st["nout"] :]:
+                if v in assign or v in special or root.get(v, v) != v:
+                    continue
+                need = graph.values[v].nbytes
+                best = None
+                for sid in free:
+                    if sizes[sid] >= need and (best is None or sizes[sid] < sizes[best]):
+                        best = sid
+                if best is None:
+                    sizes.append(need)
+                    best = len(sizes) - 1
+                else:
+                    free.remove(best)
+                assign[v] = best
+                release.setdefault(last_use.get(v, k), []).append(best)
+        for sid in release.pop(k, []):
+            free.append(sid)
+    for v, r in root.items():
+        if r in assign:
+            assign[v] = assign[r]
+    return assign, sizes
+
+
+class CompiledModel:
+    """A model compiled for a target: call it with arrays, save it, load it back."""
+
+    def __init__(self, plan: dict[str, Any], module: Any, consts: dict[str, np.ndarray]):
+        self.plan = plan
+        self.module = module
+        self.consts = consts
+        self.input_names = [i["name"] for i in plan["inputs"]]
+        self.output_names = [o["name"] for o in plan["outputs"]]
+        self._storages = [np.empty(max(n, 1), dtype=np.uint8) for n in plan["storages"]]
+        self._views: dict[str, np.ndarray] = {}
+        for name, sid in plan["assign"].items():
+            info = plan["values"][name]
+            nbytes = int(np.prod(info["shape"], dtype=np.int64)) * np.dtype(info["dtype"]).itemsize
+            self._views[name] = self._storages[sid][:nbytes].view(info["dtype"]).reshape(info["shape"])
+        self._funcs = {}
+        if module is not None:
+            for st in plan["steps"]:
+                if st["kind"] == "kernel":
+                    self._funcs[st["func"]] = module.get_function(st["func"])
+
+    @property
+    def num_kernels(self) -> int:
+        """Number of compiled kernels."""
+        return sum(1 for s in self.plan["steps"] if s["kind"] == "kernel")
+
+    def _prepare(self, name: str, value: Any, spec: dict[str, Any]) -> np.ndarray:
+        from ..runtime.ndarray import NDArray
+
+        if isinstance(value, NDArray):
+            value = value.numpy()
+        elif not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
+            try:
+                value = np.from_dlpack(value)
+            except (BufferError, TypeError, RuntimeError) as exc:
+                raise ArgumentError(f"input {name!r}: cannot read the DLPack tensor on the host ({exc})") from exc
+        elif not isinstance(value, np.ndarray):
+            value = np.asarray(value)
+        want_dt, want_shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
+        if value.dtype != want_dt:
+            raise ArgumentError(
+                f"input {name!r} has dtype {value.dtype}, but the model was compiled for {want_dt}: "
+                f"convert it with x.astype({str(want_dt)!r})"
+            )
+        if tuple(value.shape) != want_shape:
+            raise ArgumentError(
+                f"input {name!r} has shape {tuple(value.shape)}, but the model was compiled for "
+                f"{want_shape}: pass an array of that shape, or compile again with "
+                f"input_shapes={{{name!r}: {tuple(value.shape)}}}"
+            )
+        return np.require(value, requirements="C")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[np.ndarray]:
+        """Run the model on inputs given in order or by name; returns the outputs as NumPy arrays."""
+        if len(args) > len(self.input_names):
+            raise ArgumentError(
+                f"the model takes {len(self.input_names)} input(s) ({', '.join(self.input_names)}), got {len(args)}"
+            )
+        given = dict(zip(self.input_names, args))
+        for k, v in kwargs.items():
+            if k not in self.input_names:
+                raise ArgumentError(f"the model has no input {k!r} (inputs: {', '.join(self.input_names)})")
+            if k in given:
+                raise ArgumentError(f"input {k!r} is given twice")
+            given[k] = v
+        missing = [n for n in self.input_names if n not in given]
+        if missing:
+            raise ArgumentError(f"missing input(s): {', '.join(missing)}")
+        env: dict[str, np.ndarray] = dict(self.consts)
+        for spec in self.plan["inputs"]:
+            env[spec["name"]] = self._prepare(spec["name"], given[spec["name"]], spec)
+        return self._run(env)
+
+    def _run(self, env: dict[str, np.ndarray]) -> list[np.ndarray]:
+        env.update(self._views)
+        values = self.plan["values"]
+        for st in self.plan["steps"]:
+            if st["kind"] == "view":
+                env[st["dst"]] = env[st["src"]].reshape(values[st["dst"]]["shape"])
+                continue
+            ptrs = []
+            for a in st["args"]:
+                arr = env.get(a)
+                if arr is None:
+                    info = values[a]
+                    arr = np.empty(info["shape"], dtype=info["dtype"])
+                    env[a] = arr
+                ptrs.append(arr.ctypes.data)
+            fn = self._funcs[st["func"]]
+            rc = fn._invoke(ptrs, [])
+            if rc != 0:
+                raise EmberError(f"kernel {st['func']} failed at run time (code {rc})")
+        outs = []
+        for name in self.output_names:
+            arr = env[name]
+            outs.append(arr.copy() if name in self._views or name in self.consts or name in self.input_names else arr)
+        return outs
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the compiled model to ``path`` (a zip: plan.json, kernels.so, weights.npz)."""
+        path = os.fspath(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            so = os.path.join(tmp, "kernels.so")
+            if self.module is not None:
+                self.module.export_library(so)
+            buf = io.BytesIO()
+            np.savez(buf, **{f"c{k}": v for k, v in enumerate(self.consts.values())})
+            names = {f"c{k}": n for k, n in enumerate(self.consts)}
+            plan = dict(self.plan, format=FORMAT, const_names=names)
+            tmp_zip = path + ".tmp"
+            with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as z:
+                z.writestr("plan.json", json.dumps(plan))
+                z.writestr("weights.npz", buf.getvalue())
+                if self.module is not None:
+                    z.write(so, "kernels.so")
+            os.replace(tmp_zip, path)
+
+    def __repr__(self) -> str:
+        return f"<ember.CompiledModel {len(self.input_names)} input(s), {self.num_kernels} kernel(s)>"
+
+
+def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
+    """Load a model written by :meth:`CompiledModel.save`; no compiler runs."""
+    from ..runtime import load_module
+
+    path = os.fspath(path)
+    try:
+        z = zipfile.ZipFile(path)
+        plan = json.loads(z.read("plan.json"))
+        weights = np.load(io.BytesIO(z.read("weights.npz")), allow_pickle=False)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise EmberError(f"{path} is not a model saved by ember (CompiledModel.save): {exc}") from exc
+    if plan.get("format") != FORMAT:
+        raise EmberError(f"{path} has format {plan.get('format')!r}; this ember reads {FORMAT}")
+    consts = {plan["const_names"][k]: weights[k] for k in weights.files}
+    module = None
+    if "kernels.so" in z.namelist():
+        tmp = tempfile.mkdtemp(prefix="ember-model-")
+        so = os.path.join(tmp, "kernels.so")
+        with open(so, "wb") as f:
+            f.write(z.read("kernels.so"))
+        module = load_module(so)
+    return CompiledModel(plan, module, consts)
+
+
+def compile_graph(graph: Graph, target: str = "llvm", fuse_ops: bool = True, verbose: bool = False) -> CompiledModel:
+    """Optimize, fuse, lower and build ``graph``; all kernels go into one module."""
+    from .. import build
+
+    if target != "llvm" and not str(target).startswith("llvm"):
+        raise EmberError(f"ember.compile: target {target!r} is not supported for models yet; use target='llvm'")
+    progress = Progress(delay=0.0 if verbose else 1.0)
+    g = optimize(graph, progress)
+    groups = fuse(g, enabled=fuse_ops)
+    funcs, steps = lower_groups(g, groups, progress)
+    module = None
+    if funcs:
+        progress(f"generating code for {len(funcs)} kernels")
+        module = build(funcs, target=target)
+    assign, sizes = plan_memory(g, steps)
+    live_consts = {k: v for k, v in g.consts.items()}
+    plan = {
+        "inputs": [{"name": i, "shape": list(g.values[i].shape), "dtype": g.values[i].dtype} for i in g.inputs],
+        "outputs": [{"name": o, "shape": list(g.values[o].shape), "dtype": g.values[o].dtype} for o in g.outputs],
+        "values": {k: {"shape": list(v.shape), "dtype": v.dtype} for k, v in g.values.items()},
+        "steps": steps,
+        "assign": assign,
+        "storages": sizes,
+    }
+    progress.done(f"compiled {len(funcs)} kernels")
+    return CompiledModel(plan, module, live_consts)
+
+
+class LazyModel:
+    """A model whose shapes depend on the values of some inputs (a shape given as an input):
+    compiled on the first call for each distinct value of those inputs."""
+
+    def __init__(self, graph: Graph, value_inputs: list[str], target: str, fuse_ops: bool):
+        self.graph = graph
+        self.value_inputs = value_inputs
+        self.target = target
+        self.fuse_ops = fuse_ops
+        self.input_names = list(graph.inputs)
+        self._cache: dict[tuple[Any, ...], CompiledModel] = {}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[np.ndarray]:
+        """Compile for the given shape-determining input values (once), then run."""
+        given = dict(zip(self.input_names, args))
+        given.update(kwargs)
+        key_parts = []
+        bound: dict[str, np.ndarray] = {}
+        for n in self.value_inputs:
+            if n not in given:
+                raise ArgumentError(f"missing input {n!r}")
+            arr = np.asarray(given[n])
+            bound[n] = arr
+            key_parts.append((n, arr.dtype.str, arr.shape, arr.tobytes()))
+        key = tuple(key_parts)
+        model = self._cache.get(key)
+        if model is None:
+            g = self.graph.copy()
+            for n, arr in bound.items():
+                info = g.values[n]
+                if tuple(arr.shape) != info.shape or str(arr.dtype) != info.dtype:
+                    raise ArgumentError(
+                        f"input {n!r} has shape {arr.shape} and dtype {arr.dtype}; the model expects {info}"
+                    )
+                g.consts[n] = np.require(arr, requirements="C")
+                g.inputs.remove(n)
+            model = compile_graph(g, self.target, self.fuse_ops)
+            self._cache[key] = model
+        rest = {n: v for n, v in given.items() if n not in bound}
+        return model(**rest)
+
+
+def compile_model(graph: Graph, target: str = "llvm", fuse_ops: bool = True, verbose: bool = False) -> Any:
+    """Compile a graph; a graph whose shapes depend on input values becomes a :class:`LazyModel`."""
+    try:
+        return compile_graph(graph, target, fuse_ops, verbose)
+    except NeedValue as exc:
+        needed = _value_inputs(graph, exc.name)
+        if needed is None:
+            raise EmberError(
+                f"the model computes a shape from run-time data ({exc}); ember needs static shapes"
+            ) from exc
+        return LazyModel(graph, needed, target, fuse_ops)
+
+
+def _value_inputs(graph: Graph, first: str) -> list[str] | None:
+    """Graph inputs whose values decide shapes (found by binding them one at a time)."""
+    if first not in graph.inputs:
+        return None
+    needed = [first]
+    while True:
+        g = graph.copy()
+        for n in needed:
+            info = g.values[n]
+            g.consts[n] = np.zeros(info.shape, info.dtype)
+            g.inputs.remove(n)
+        try:
+            infer_and_fold(g, fold=False)
+            return needed
+        except NeedValue as exc:
+            if exc.name not in graph.inputs or exc.name in needed:
+                return None
+            needed.append(exc.name)
+        except EmberError:
+            return needed
+
+
+def compile(
+    model: Any,
+    target: str = "llvm",
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    fuse: bool = True,
+    verbose: bool = False,
+) -> Any:  # noqa: A001
+    """Compile an ONNX model (path, bytes or ModelProto) or an ember :class:`Graph`."""
+    if isinstance(model, Graph):
+        graph = model
+    else:
+        from ..frontend.onnx import import_onnx
+
+        graph = import_onnx(model, input_shapes)
+    return compile_model(graph, target, fuse, verbose)

@@ -1,0 +1,331 @@
+"""Graph passes: shape and type inference with constant folding, dead-code elimination,
+algebraic simplification, and operator fusion.
+
+Each pass takes a :class:`Graph` and returns a new one (the input is not changed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import te
+from ..errors import EmberError
+from ..ops.registry import NeedValue, OpContext, call, lookup
+from ..ops.util import shape as te_shape
+from ..ops.util import uname
+from .ir import Graph, Node, TensorInfo
+
+
+class GraphError(EmberError):
+    """A model's graph is inconsistent (shapes that do not match, a missing value...)."""
+
+
+def node_context(node: Node, consts: dict[str, np.ndarray]) -> OpContext:
+    """The operator context of ``node``."""
+    attrs = dict(node.attrs)
+    attrs["_outputs"] = list(node.outputs)
+    attrs["_num_outputs"] = len(node.outputs)
+    return OpContext(node.op, attrs, list(node.inputs), consts, node.opset, node.name)
+
+
+def build_node(node: Node, tensors: dict[str, te.Tensor], consts: dict[str, np.ndarray]) -> list[Any]:
+    """Apply ``node``'s operator to te tensors; outputs are tensors or NumPy arrays (constants)."""
+    ins = [tensors[i] if i else None for i in node.inputs]
+    ctx = node_context(node, consts)
+    try:
+        return call(ctx, ins)
+    except (NeedValue, EmberError):
+        raise
+    except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError) as exc:
+        shapes = ", ".join(str(te_shape(t)) if t is not None else "_" for t in ins)
+        raise GraphError(f"{node.op} node {node.name!r} (inputs {shapes}): {exc}") from exc
+
+
+@dataclass
+class InferResult:
+    """What inference learned besides shapes: the inputs whose values shapes depend on."""
+
+    needs_values: set[str] = field(default_factory=set)
+
+
+def infer_and_fold(
+    graph: Graph, fold: bool = True, target: str = "llvm", progress: Callable[[str], None] | None = None
+) -> Graph:
+    """Infer every value's shape and dtype; fold nodes whose inputs are all constants.
+
+    Folding runs the node's own compiled kernel (so a folded value is exactly what the kernel
+    would compute). Raises :class:`NeedValue` when a shape depends on a run-time value."""
+    from ..ops.util import dtype_of
+
+    g = graph.copy()
+    tensors: dict[str, te.Tensor] = {}
+    for name in g.inputs:
+        info = g.values[name]
+        tensors[name] = te.placeholder(info.shape, info.dtype, name=uname("in"))
+    for name, v in g.consts.items():
+        g.values[name] = TensorInfo(tuple(v.shape), str(v.dtype))
+        tensors[name] = te.placeholder(tuple(v.shape), str(v.dtype), name=uname("c"))
+    kept: list[Node] = []
+    for node in g.nodes:
+        for i in node.inputs:
+            if i and i not in tensors:
+                raise GraphError(f"{node.op} node {node.name!r} reads {i!r}, which no earlier node produces")
+        outs = build_node(node, tensors, g.consts)
+        if len(outs) < len([o for o in node.outputs if o]):
+            raise GraphError(
+                f"{node.op} node {node.name!r} has {len(node.outputs)} outputs but ember computes {len(outs)}"
+            )
+        all_const = all((not i) or i in g.consts for i in node.inputs)
+        is_np = all(isinstance(o, np.ndarray) for o in outs)
+        if is_np:
+            for o, v in zip(node.outputs, outs):
+                if o:
+                    g.consts[o] = np.require(v, requirements="C")
+        elif fold and all_const and lookup(node.op) is not None:
+            if progress:
+                progress(f"folding {node.op} {node.name}")
+            vals = fold_node(node, tensors, outs, g.consts)
+            for o, v in zip(node.outputs, vals):
+                if o:
+                    g.consts[o] = v
+        else:
+            kept.append(node)
+        for o, t in zip(node.outputs, outs):
+            if not o:
+                continue
+            if isinstance(t, np.ndarray):
+                g.values[o] = TensorInfo(tuple(t.shape), str(t.dtype))
+                tensors[o] = te.placeholder(tuple(t.shape), str(t.dtype), name=uname("c"))
+            else:
+                g.values[o] = TensorInfo(te_shape(t), dtype_of(t))
+                if o in g.consts:
+                    tensors[o] = te.placeholder(te_shape(t), dtype_of(t), name=uname("c"))
+                else:
+                    tensors[o] = t
+    g.nodes = kept
+    return g
+
+
+def fold_node(
+    node: Node, tensors: dict[str, te.Tensor], outs: list[te.Tensor], consts: dict[str, np.ndarray]
+) -> list[np.ndarray]:
+    """Compute a node with constant inputs by compiling and running its kernel."""
+    from .. import build
+    from ..ops.schedule import schedule_group
+
+    live = [o for o, name in zip(outs, node.outputs) if name]
+    s = schedule_group(live, set(), parallel=False)
+    used = {id(st.op) for st in s.stages}
+    ins = [i for i in dict.fromkeys(node.inputs) if i and id(tensors[i].op) in used]
+    in_t = [tensors[i] for i in ins]
+    mod = build(s, in_t + live, target="llvm", name="fold")
+    arrays = [np.require(consts[i], requirements="C") for i in ins]
+    results = [np.empty(te_shape(t), dtype=str(t.dtype)) for t in live]
+    mod(*arrays, *results)
+    it = iter(results)
+    return [next(it) if name else None for name in node.outputs]  # type: ignore[misc]
+
+
+def dead_code_elimination(graph: Graph) -> Graph:
+    """Remove nodes whose outputs reach no graph output, and unused constants."""
+    g = graph.copy()
+    needed = set(g.outputs)
+    kept: list[Node] = []
+    for node in reversed(g.nodes):
+        if any(o in needed for o in node.outputs if o):
+            kept.append(node)
+            needed.update(i for i in node.inputs if i)
+    g.nodes = kept[::-1]
+    g.consts = {k: v for k, v in g.consts.items() if k in needed}
+    return g
+
+
+_NOOP = ("Identity", "Dropout")
+
+
+def simplify(graph: Graph) -> Graph:
+    """Algebraic simplification: batch-norm folded into a preceding convolution's constant
+    weights, identities and no-op reshapes removed (their readers read the source)."""
+    g = graph.copy()
+    cons = g.consumers()
+    prod = g.producers()
+    rename: dict[str, str] = {}
+    kept: list[Node] = []
+    outputs = set(g.outputs)
+    for node in g.nodes:
+        node.inputs = [rename.get(i, i) for i in node.inputs]
+        src = node.inputs[0] if node.inputs else ""
+        out = node.outputs[0] if node.outputs else ""
+        noop = node.op in _NOOP and (node.op == "Identity" or len([o for o in node.outputs if o]) == 1)
+        if node.op in ("Reshape", "Squeeze", "Unsqueeze", "Flatten") and src in g.values and out in g.values:
+            noop = g.values[src].shape == g.values[out].shape
+        if noop and out not in outputs and src and src not in g.consts:
+            rename[out] = src
+            continue
+        if node.op == "BatchNormalization" and _fold_bn(g, node, prod, cons, kept):
+            rename[out] = prod[src].outputs[0]
+            continue
+        kept.append(node)
+    g.nodes = kept
+    g.outputs = [rename.get(o, o) for o in g.outputs]
+    return dead_code_elimination(g)
+
+
+def _fold_bn(g: Graph, bn: Node, prod: dict[str, Node], cons: dict[str, list[Node]], kept: list[Node]) -> bool:
+    src = bn.inputs[0]
+    conv = prod.get(src)
+    if conv is None or conv.op != "Conv" or len(cons.get(src, [])) != 1 or src in g.outputs:
+        return False
+    if conv not in kept or not all(i in g.consts for i in bn.inputs[1:5]):
+        return False
+    if conv.inputs[1] not in g.consts or (len(conv.inputs) > 2 and conv.inputs[2] and conv.inputs[2] not in g.consts):
+        return False
+    scale, b, mean, var = (g.consts[i].astype(np.float64) for i in bn.inputs[1:5])
+    eps = float(bn.attrs.get("epsilon", 1e-5))
+    w = g.consts[conv.inputs[1]]
+    factor = scale / np.sqrt(var + eps)
+    new_w = (w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    old_b = g.consts[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2] else 0.0
+    new_b = ((old_b - mean) * factor + b).astype(w.dtype)
+    wn, bname = conv.outputs[0] + "__bn_w", conv.outputs[0] + "__bn_b"
+    g.consts[wn], g.consts[bname] = new_w, new_b
+    g.values[wn] = TensorInfo(new_w.shape, str(new_w.dtype))
+    g.values[bname] = TensorInfo(new_b.shape, str(new_b.dtype))
+    conv.inputs = [conv.inputs[0], wn, bname]
+    return True
+
+
+# -- fusion ------------------------------------------------------------------------------------------
+@dataclass
+class Group:
+    """Nodes compiled into one kernel; ``inputs``/``outputs`` are the values crossing its border."""
+
+    nodes: list[Node]
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+    @property
+    def pattern(self) -> str:
+        """The strongest pattern among its nodes."""
+        order = {"injective": 0, "reduce": 1, "heavy": 2, "opaque": 3}
+        return max((lookup(n.op).pattern for n in self.nodes), key=lambda p: order[p])  # type: ignore[union-attr]
+
+    @property
+    def name(self) -> str:
+        """A readable name: the ops of the group."""
+        return "_".join(dict.fromkeys(n.op.lower() for n in self.nodes))[:48]
+
+
+def fuse(graph: Graph, enabled: bool = True) -> list[Group]:
+    """Partition the nodes into kernels, as TVM's FuseOps: an injective node joins the group of
+    its single consumer (inlined into it), and injective consumers join their producer's
+    group as its epilogue. A group holds at most one non-injective node; convolutions and matrix
+    products take only epilogues."""
+    nodes = graph.nodes
+    group_of: dict[int, int] = {}
+    groups: list[list[Node]] = []
+    cons = graph.consumers()
+    prod = graph.producers()
+    outputs = set(graph.outputs)
+
+    def pattern(n: Node) -> str:
+        return lookup(n.op).pattern  # type: ignore[union-attr]
+
+    def heavy_count(nodes_: list[Node]) -> int:
+        return sum(1 for n in nodes_ if pattern(n) != "injective")
+
+    def depends_on(ga: int, gb: int) -> bool:
+        """True when group ``ga`` reads (transitively) an output of group ``gb``."""
+        seen, stack = set(), [ga]
+        while stack:
+            cur = stack.pop()
+            if cur == gb:
+                return True
+            if cur in seen:
+                continue
+            seen.add(cur)
+            for n in groups[cur]:
+                for i in n.inputs:
+                    p = prod.get(i)
+                    if p is not None and id(p) in group_of and group_of[id(p)] != cur:
+                        stack.append(group_of[id(p)])
+        return False
+
+    def can_join(node: Node, gi: int) -> bool:
+        for i in node.inputs:
+            p = prod.get(i)
+            if p is None or group_of[id(p)] == gi:
+                continue
+            if depends_on(group_of[id(p)], gi):
+                return False
+        return True
+
+    for node in nodes:
+        target = None
+        if enabled and pattern(node) == "injective":
+            # epilogue: join the group of the producer of the first non-constant input when this is
+            # its only reader
+            for i in node.inputs:
+                p = prod.get(i)
+                if p is None:
+                    continue
+                if len(cons.get(i, [])) == 1 and i not in outputs and len([o for o in p.outputs if o]) == 1:
+                    gi = group_of[id(p)]
+                    if all(pattern(n) != "opaque" for n in groups[gi]) and can_join(node, gi):
+                        target = gi
+                break
+        elif enabled and pattern(node) in ("reduce",):
+            # inline injective producers that only this node reads
+            cands = set()
+            for i in node.inputs:
+                p = prod.get(i)
+                if p is None or len(cons.get(i, [])) != 1 or i in outputs:
+                    continue
+                gi = group_of[id(p)]
+                if heavy_count(groups[gi]) == 0:
+                    cands.add(gi)
+            if len(cands) == 1:
+                target = cands.pop()
+                if not can_join(node, target):
+                    target = None
+        if target is None:
+            groups.append([node])
+            group_of[id(node)] = len(groups) - 1
+        else:
+            groups[target].append(node)
+            group_of[id(node)] = target
+    result = []
+    for gnodes in groups:
+        produced = {o for n in gnodes for o in n.outputs if o}
+        ins: list[str] = []
+        for n in gnodes:
+            for i in n.inputs:
+                if i and i not in produced and i not in ins:
+                    ins.append(i)
+        outs = [
+            o for o in produced if o in outputs or any(id(c) not in {id(x) for x in gnodes} for c in cons.get(o, []))
+        ]
+        outs = [o for n in gnodes for o in n.outputs if o in outs]
+        result.append(Group(gnodes, ins, outs))
+    return _order_groups(result, graph)
+
+
+def _order_groups(groups: list[Group], graph: Graph) -> list[Group]:
+    """Groups in an order where every group runs after the groups producing its inputs."""
+    made = set(graph.inputs) | set(graph.consts)
+    pending = list(groups)
+    ordered: list[Group] = []
+    while pending:
+        for k, gr in enumerate(pending):
+            if all(i in made for i in gr.inputs):
+                ordered.append(gr)
+                made.update(o for n in gr.nodes for o in n.outputs if o)
+                pending.pop(k)
+                break
+        else:
+            raise GraphError("fusion produced a cycle between kernels; compile with fuse=False and report this model")
+    return ordered

@@ -1,0 +1,681 @@
+"""Neural-network operators: matrix products, convolutions, pooling, normalizations, resize.
+
+Convolutions and matrix products carry a ``tag`` (``"conv"``, ``"matmul"``) and ``attrs`` the
+CPU scheduler reads to pick a fast schedule; their compute definitions here are the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import te
+from ..ir import expr as E
+from ..te import Tensor
+from .reduce import reduce_tensor
+from .registry import OpContext, register
+from .transform import pad_tensor
+from .util import bcast_load, broadcast_shapes, cast, compute, const_like, dtype_of, ints, norm_axis, shape, uname
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+# -- matrix products ------------------------------------------------------------------------------
+def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul") -> Tensor:
+    """NumPy ``matmul`` semantics (batch broadcasting, 1-D operands promoted then squeezed)."""
+    sa, sb = shape(a), shape(b)
+    a1, b1 = len(sa) == 1, len(sb) == 1
+    ea = (1,) + sa if a1 else sa
+    eb = sb + (1,) if b1 else sb
+    M, K = ea[-2], ea[-1]
+    K2, N = eb[-2], eb[-1]
+    if K != K2:
+        raise ValueError(f"matmul of {sa} and {sb}: inner dimensions {K} and {K2} differ")
+    batch = broadcast_shapes(ea[:-2], eb[:-2])
+    out = batch + ((M,) if not a1 else ()) + ((N,) if not b1 else ())
+    k = te.reduce_axis((0, K), name="k")
+    nb = len(batch)
+
+    def body(*i: Any) -> Any:
+        bi = i[:nb]
+        rest = list(i[nb:])
+        m = rest.pop(0) if not a1 else E.const(0)
+        n = rest.pop(0) if not b1 else E.const(0)
+        ia = tuple(
+            0 if ea[:-2][q] == 1 and batch[len(batch) - len(ea[:-2]) + q] != 1 else bi[len(batch) - len(ea[:-2]) + q]
+            for q in range(len(ea) - 2)
+        )
+        ib = tuple(
+            0 if eb[:-2][q] == 1 and batch[len(batch) - len(eb[:-2]) + q] != 1 else bi[len(batch) - len(eb[:-2]) + q]
+            for q in range(len(eb) - 2)
+        )
+        av = a[ia + ((m,) if not a1 else ()) + (k.var,)]
+        bv = b[ib + (k.var,) + ((n,) if not b1 else ())]
+        return te.sum(av * bv, axis=k)
+
+    return compute(out, body, name=uname(name), tag="matmul")
+
+
+@register("MatMul", pattern="heavy")
+def matmul(ctx: OpContext, a: Tensor, b: Tensor) -> Tensor:
+    """ONNX MatMul."""
+    return matmul_tensor(a, b)
+
+
+@register("Gemm", pattern="heavy")
+def gemm(ctx: OpContext, a: Tensor, b: Tensor, c: Tensor | None = None) -> Tensor:
+    """ONNX Gemm: ``alpha * A' @ B' + beta * C``."""
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
+    sa, sb = shape(a), shape(b)
+    M, K = (sa[1], sa[0]) if ta else sa
+    N = sb[0] if tb else sb[1]
+    k = te.reduce_axis((0, K), name="k")
+    dt = dtype_of(a)
+    mm = compute(
+        (M, N),
+        lambda i, j: te.sum((a[k.var, i] if ta else a[i, k.var]) * (b[j, k.var] if tb else b[k.var, j]), axis=k),
+        name=uname("gemm"),
+        tag="matmul",
+    )
+    if c is None and alpha == 1.0:
+        return mm
+
+    def body(i: Any, j: Any) -> Any:
+        v = mm[i, j] * const_like(alpha, dt) if alpha != 1.0 else mm[i, j]
+        if c is not None:
+            cv = bcast_load(c, (M, N), (i, j))
+            v = v + (cv * const_like(beta, dt) if beta != 1.0 else cv)
+        return v
+
+    return compute((M, N), body, name=uname("gemm_epi"))
+
+
+# -- convolution ------------------------------------------------------------------------------------
+def conv_pads(
+    ctx: OpContext, in_sp: tuple[int, ...], k_sp: tuple[int, ...], strides: list[int], dil: list[int]
+) -> tuple[list[int], list[int]]:
+    """(pads_begin, pads_end) from ``pads`` or ``auto_pad``."""
+    n = len(in_sp)
+    auto = _s(ctx.attr("auto_pad", "NOTSET"))
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        lo, hi = [], []
+        for d in range(n):
+            out = -(-in_sp[d] // strides[d])
+            total = max((out - 1) * strides[d] + (k_sp[d] - 1) * dil[d] + 1 - in_sp[d], 0)
+            small, big = total // 2, total - total // 2
+            lo.append(small if auto == "SAME_UPPER" else big)
+            hi.append(big if auto == "SAME_UPPER" else small)
+        return lo, hi
+    if auto == "VALID":
+        return [0] * n, [0] * n
+    p = ints(ctx.attr("pads")) or [0] * (2 * n)
+    return p[:n], p[n:]
+
+
+def conv_tensor(
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None,
+    strides: list[int],
+    dil: list[int],
+    lo: list[int],
+    hi: list[int],
+    groups: int,
+) -> Tensor:
+    """N-D grouped convolution, NCHW... layout, weights (M, C/groups, k...)."""
+    sx, sw = shape(x), shape(w)
+    nsp = len(sx) - 2
+    N, C = sx[0], sx[1]
+    M, Cg = sw[0], sw[1]
+    ksp = sw[2:]
+    if Cg * groups != C:
+        raise ValueError(f"conv: input has {C} channels but weights expect {Cg} x {groups} groups")
+    out_sp = tuple((sx[2 + d] + lo[d] + hi[d] - ((ksp[d] - 1) * dil[d] + 1)) // strides[d] + 1 for d in range(nsp))
+    xp = pad_tensor(x, [0, 0] + lo, [0, 0] + hi) if any(lo) or any(hi) else x
+    rc = te.reduce_axis((0, Cg), name="rc")
+    rk = [te.reduce_axis((0, ksp[d]), name=f"rk{d}") for d in range(nsp)]
+    Mg = M // groups
+
+    def body(n: Any, m: Any, *o: Any) -> Any:
+        c = (E.floordiv(m, Mg) * Cg + rc.var) if groups > 1 else rc.var
+        xi = (n, c) + tuple(o[d] * strides[d] + rk[d].var * dil[d] for d in range(nsp))
+        return te.sum(xp[xi] * w[(m, rc.var) + tuple(r.var for r in rk)], axis=[rc] + rk)
+
+    attrs = {"strides": strides, "dilations": dil, "pads": (lo, hi), "groups": groups}
+    out = compute((N, M) + out_sp, body, name=uname("conv"), tag="conv", attrs=attrs)
+    if bias is None:
+        return out
+    return compute(shape(out), lambda n, m, *o: out[(n, m) + o] + bias[m], name=uname("conv_bias"))
+
+
+@register("Conv", pattern="heavy")
+def conv(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """ONNX Conv (1-D/2-D/3-D, groups, dilations, strides, pads or auto_pad)."""
+    sx, sw = shape(x), shape(w)
+    nsp = len(sx) - 2
+    strides = ints(ctx.attr("strides")) or [1] * nsp
+    dil = ints(ctx.attr("dilations")) or [1] * nsp
+    lo, hi = conv_pads(ctx, sx[2:], sw[2:], strides, dil)
+    return conv_tensor(x, w, b, strides, dil, lo, hi, int(ctx.attr("group", 1)))
+
+
+@register("ConvTranspose", pattern="heavy")
+def conv_transpose(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """ONNX ConvTranspose (groups, dilations, strides, pads/auto_pad, output_padding, output_shape)."""
+    sx, sw = shape(x), shape(w)
+    nsp = len(sx) - 2
+    N, C = sx[0], sx[1]
+    groups = int(ctx.attr("group", 1))
+    Mg = sw[1]
+    M = Mg * groups
+    Cg = C // groups
+    ksp = sw[2:]
+    strides = ints(ctx.attr("strides")) or [1] * nsp
+    dil = ints(ctx.attr("dilations")) or [1] * nsp
+    opad = ints(ctx.attr("output_padding")) or [0] * nsp
+    oshape = ints(ctx.attr("output_shape"))
+    auto = _s(ctx.attr("auto_pad", "NOTSET"))
+    full = [strides[d] * (sx[2 + d] - 1) + opad[d] + (ksp[d] - 1) * dil[d] + 1 for d in range(nsp)]
+    if oshape or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = oshape[-nsp:] if oshape else [sx[2 + d] * strides[d] for d in range(nsp)]
+        lo, hi = [], []
+        for d in range(nsp):
+            total = full[d] - target[d]
+            if auto == "SAME_LOWER":
+                lo.append(total - total // 2)
+                hi.append(total // 2)
+            else:
+                lo.append(total // 2)
+                hi.append(total - total // 2)
+    else:
+        p = ints(ctx.attr("pads")) or [0] * (2 * nsp)
+        lo, hi = p[:nsp], p[nsp:]
+    out_sp = tuple(full[d] - lo[d] - hi[d] for d in range(nsp))
+    rc = te.reduce_axis((0, Cg), name="rc")
+    rk = [te.reduce_axis((0, ksp[d]), name=f"rk{d}") for d in range(nsp)]
+
+    def body(n: Any, m: Any, *o: Any) -> Any:
+        g = E.floordiv(m, Mg) if groups > 1 else E.const(0)
+        c = g * Cg + rc.var
+        cond, idx = None, []
+        for d in range(nsp):
+            num = o[d] + lo[d] - rk[d].var * dil[d]
+            q = E.floordiv(num, strides[d])
+            ok = (num >= 0) & (q < sx[2 + d])
+            if strides[d] > 1:
+                ok = ok & (E.floormod(num, strides[d]) == 0)
+            cond = ok if cond is None else cond & ok
+            idx.append(q)
+        v = te.if_then_else(cond, x[(n, c) + tuple(idx)], const_like(0, dtype_of(x)))
+        return te.sum(v * w[(c, E.floormod(m, Mg)) + tuple(r.var for r in rk)], axis=[rc] + rk)
+
+    out = compute((N, M) + out_sp, body, name=uname("conv_transpose"))
+    if b is None:
+        return out
+    return compute(shape(out), lambda n, m, *o: out[(n, m) + o] + b[m], name=uname("convt_bias"))
+
+
+# -- pooling ---------------------------------------------------------------------------------------
+def _pool_geometry(
+    ctx: OpContext, x: Tensor
+) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
+    sx = shape(x)
+    nsp = len(sx) - 2
+    k = ints(ctx.attr("kernel_shape"))
+    strides = ints(ctx.attr("strides")) or [1] * nsp
+    dil = ints(ctx.attr("dilations")) or [1] * nsp
+    lo, hi = conv_pads(ctx, sx[2:], tuple(k), strides, dil)
+    ceil_mode = int(ctx.attr("ceil_mode", 0))
+    out = []
+    for d in range(nsp):
+        span = sx[2 + d] + lo[d] + hi[d] - ((k[d] - 1) * dil[d] + 1)
+        o = (-(-span // strides[d]) if ceil_mode else span // strides[d]) + 1
+        if ceil_mode and (o - 1) * strides[d] >= sx[2 + d] + lo[d]:
+            o -= 1
+        out.append(o)
+    return k, strides, dil, lo, hi, out
+
+
+def _pool(ctx: OpContext, x: Tensor, kind: str) -> list[Tensor]:
+    sx = shape(x)
+    nsp = len(sx) - 2
+    k, strides, dil, lo, hi, out_sp = _pool_geometry(ctx, x)
+    rk = [te.reduce_axis((0, k[d]), name=f"pk{d}") for d in range(nsp)]
+    dt = dtype_of(x)
+    include_pad = int(ctx.attr("count_include_pad", 0))
+    p = int(ctx.attr("p", 2))
+
+    def pos(o: Any) -> list[Any]:
+        return [o[d] * strides[d] + rk[d].var * dil[d] - lo[d] for d in range(nsp)]
+
+    def inside(q: list[Any]) -> Any:
+        c = None
+        for d in range(nsp):
+            ok = (q[d] >= 0) & (q[d] < sx[2 + d])
+            c = ok if c is None else c & ok
+        return c
+
+    outs = []
+    if kind == "max":
+
+        def body(n: Any, c: Any, *o: Any) -> Any:
+            q = pos(o)
+            return te.max(te.if_then_else(inside(q), x[(n, c) + tuple(q)], te.min_value_of(dt)), axis=rk)
+
+        outs.append(compute(tuple(sx[:2]) + tuple(out_sp), body, name=uname("maxpool")))
+        if len(ctx.attrs.get("_outputs", [])) > 1:
+            order = int(ctx.attr("storage_order", 0))
+            strides_flat = [int(np.prod(sx[2 + d + 1 :])) for d in range(nsp)]
+            if order == 1 and nsp == 2:
+                strides_flat = [1, sx[2]]
+
+            def combine(lhs: Any, rhs: Any) -> Any:
+                pick = (rhs[1] > lhs[1]) | ((rhs[1] == lhs[1]) & (rhs[0] < lhs[0]))
+                return te.if_then_else(pick, rhs[0], lhs[0]), te.if_then_else(pick, rhs[1], lhs[1])
+
+            red = te.comm_reducer(combine, lambda t0, t1: (E.const(2**62, t0), te.min_value_of(t1)), name="maxidx")
+
+            def ibody(n: Any, c: Any, *o: Any) -> Any:
+                q = pos(o)
+                flat = cast((n * sx[1] + c), "int64") * int(np.prod(sx[2:]))
+                for d in range(nsp):
+                    flat = flat + cast(q[d], "int64") * strides_flat[d]
+                v = te.if_then_else(inside(q), x[(n, c) + tuple(q)], te.min_value_of(dt))
+                return red((flat, v), axis=rk, where=inside(q))
+
+            r = compute(tuple(sx[:2]) + tuple(out_sp), ibody, name=uname("maxpool_idx"))
+            outs.append(r[0])
+        return outs
+
+    def sbody(n: Any, c: Any, *o: Any) -> Any:
+        q = pos(o)
+        v = x[(n, c) + tuple(q)]
+        if kind == "lp":
+            v = te.pow(te.abs(v), const_like(p, dt)) if p not in (1, 2) else (te.abs(v) if p == 1 else v * v)
+        return te.sum(te.if_then_else(inside(q), v, const_like(0, dt)), axis=rk)
+
+    ssum = compute(tuple(sx[:2]) + tuple(out_sp), sbody, name=uname("pool_sum"))
+    if kind == "lp":
+        fin = (lambda v: v) if p == 1 else (te.sqrt if p == 2 else (lambda v: te.pow(v, const_like(1.0 / p, dt))))
+        return [compute(shape(ssum), lambda *i: fin(ssum[i]), name=uname("lppool"))]
+
+    def count(o: Any) -> Any:
+        tot: Any = None
+        for d in range(nsp):
+            start = o[d] * strides[d] - lo[d]
+            lo_b, hi_b = (-lo[d], sx[2 + d] + hi[d]) if include_pad else (0, sx[2 + d])
+            # number of r in [0, k) with lo_b <= start + r*dil < hi_b
+            cnt: Any = E.const(0)
+            for r in range(k[d]):
+                pr = start + r * dil[d]
+                cnt = cnt + te.if_then_else((pr >= lo_b) & (pr < hi_b), 1, 0)
+            tot = cnt if tot is None else tot * cnt
+        return tot
+
+    return [compute(shape(ssum), lambda n, c, *o: ssum[(n, c) + o] / cast(count(o), dt), name=uname("avgpool"))]
+
+
+@register("MaxPool", pattern="reduce")
+def maxpool(ctx: OpContext, x: Tensor) -> list[Tensor]:
+    """ONNX MaxPool (ceil_mode, dilations, pads/auto_pad, optional Indices output)."""
+    return _pool(ctx, x, "max")
+
+
+@register("AveragePool", pattern="reduce")
+def avgpool(ctx: OpContext, x: Tensor) -> list[Tensor]:
+    """ONNX AveragePool (ceil_mode, count_include_pad)."""
+    return _pool(ctx, x, "avg")
+
+
+@register("LpPool", pattern="reduce")
+def lppool(ctx: OpContext, x: Tensor) -> list[Tensor]:
+    """ONNX LpPool."""
+    return _pool(ctx, x, "lp")
+
+
+def _global(kind: str) -> Any:
+    def op(ctx: OpContext, x: Tensor) -> Tensor:
+        s = shape(x)
+        axes = list(range(2, len(s)))
+        if kind == "max":
+            return reduce_tensor(x, axes, True, te.max, name="gmaxpool")
+        if kind == "lp":
+            p = int(ctx.attr("p", 2))
+            r = reduce_tensor(x, axes, True, te.sum, lambda v: te.abs(v) if p == 1 else v * v, name="glp")
+            return compute(shape(r), lambda *i: r[i] if p == 1 else te.sqrt(r[i]), name=uname("glppool"))
+        r = reduce_tensor(x, axes, True, te.sum, name="gavg_sum")
+        cnt = int(np.prod(s[2:]))
+        return compute(shape(r), lambda *i: r[i] / const_like(cnt, dtype_of(x)), name=uname("gavgpool"))
+
+    op.__doc__ = f"ONNX Global{kind}Pool."
+    return op
+
+
+register("GlobalAveragePool", pattern="reduce")(_global("avg"))
+register("GlobalMaxPool", pattern="reduce")(_global("max"))
+register("GlobalLpPool", pattern="reduce")(_global("lp"))
+
+
+# -- normalizations -----------------------------------------------------------------------------------
+@register("BatchNormalization")
+def batchnorm(ctx: OpContext, x: Tensor, scale: Tensor, b: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+    """ONNX BatchNormalization in inference mode."""
+    if int(ctx.attr("training_mode", 0)):
+        raise ctx.fail("training_mode=1 is not supported; ember compiles for inference")
+    eps = float(ctx.attr("epsilon", 1e-5))
+    dt = dtype_of(x)
+
+    def body(n: Any, c: Any, *r: Any) -> Any:
+        return (x[(n, c) + r] - mean[c]) / te.sqrt(var[c] + const_like(eps, dt)) * scale[c] + b[c]
+
+    return compute(shape(x), body, name=uname("batchnorm"))
+
+
+def _moments(x: Tensor, axes: list[int], name: str) -> tuple[Tensor, Tensor]:
+    """Mean and (biased) variance of ``x`` over ``axes``, kept as size-1 dimensions."""
+    s = shape(x)
+    cnt = int(np.prod([s[a] for a in axes]))
+    dt = dtype_of(x)
+    ssum = reduce_tensor(x, axes, True, te.sum, name=name + "_sum")
+    mean = compute(shape(ssum), lambda *i: ssum[i] / const_like(cnt, dt), name=uname(name + "_mean"))
+
+    def mi(i: Any) -> tuple[Any, ...]:
+        return tuple(0 if a in axes else i[a] for a in range(len(s)))
+
+    dev = compute(s, lambda *i: (x[i] - mean[mi(i)]) * (x[i] - mean[mi(i)]), name=uname(name + "_dev"))
+    vsum = reduce_tensor(dev, axes, True, te.sum, name=name + "_vsum")
+    var = compute(shape(vsum), lambda *i: vsum[i] / const_like(cnt, dt), name=uname(name + "_var"))
+    return mean, var
+
+
+@register("InstanceNormalization", pattern="reduce")
+def instancenorm(ctx: OpContext, x: Tensor, scale: Tensor, b: Tensor) -> Tensor:
+    """ONNX InstanceNormalization."""
+    s = shape(x)
+    eps = float(ctx.attr("epsilon", 1e-5))
+    mean, var = _moments(x, list(range(2, len(s))), "inorm")
+    dt = dtype_of(x)
+
+    def body(n: Any, c: Any, *r: Any) -> Any:
+        mi = (n, c) + (0,) * len(r)
+        return (x[(n, c) + r] - mean[mi]) / te.sqrt(var[mi] + const_like(eps, dt)) * scale[c] + b[c]
+
+    return compute(s, body, name=uname("instancenorm"))
+
+
+@register("LayerNormalization", pattern="reduce")
+def layernorm(ctx: OpContext, x: Tensor, scale: Tensor, b: Tensor | None = None) -> list[Tensor]:
+    """ONNX LayerNormalization over the axes from ``axis`` on; also Mean and InvStdDev."""
+    s = shape(x)
+    a = norm_axis(ctx.attr("axis", -1), len(s))
+    eps = float(ctx.attr("epsilon", 1e-5))
+    axes = list(range(a, len(s)))
+    mean, var = _moments(x, axes, "lnorm")
+    dt = dtype_of(x)
+    inv = compute(
+        shape(var), lambda *i: const_like(1, dt) / te.sqrt(var[i] + const_like(eps, dt)), name=uname("lnorm_inv")
+    )
+    norm_shape = s[a:]
+
+    def body(*i: Any) -> Any:
+        mi = tuple(0 if q in axes else i[q] for q in range(len(s)))
+        v = (x[i] - mean[mi]) * inv[mi] * bcast_load(scale, norm_shape, i[a:])
+        return v + bcast_load(b, norm_shape, i[a:]) if b is not None else v
+
+    y = compute(s, body, name=uname("layernorm"))
+    return [y, mean, inv]
+
+
+@register("GroupNormalization", pattern="reduce")
+def groupnorm(ctx: OpContext, x: Tensor, scale: Tensor, b: Tensor) -> Tensor:
+    """ONNX GroupNormalization (per-channel scale/bias since opset 21, per-group before)."""
+    s = shape(x)
+    G = int(ctx.attr("num_groups"))
+    eps = float(ctx.attr("epsilon", 1e-5))
+    N, C = s[0], s[1]
+    rest = s[2:]
+    from .transform import reshape_to
+
+    xg = reshape_to(x, (N, G, (C // G) * int(np.prod(rest))), "gn_view")
+    mean, var = _moments(xg, [2], "gnorm")
+    dt = dtype_of(x)
+    per_channel = shape(scale)[0] == C
+
+    def body(n: Any, c: Any, *r: Any) -> Any:
+        g = E.floordiv(c, C // G)
+        sc = scale[c] if per_channel else scale[g]
+        bb = b[c] if per_channel else b[g]
+        return (x[(n, c) + r] - mean[n, g, 0]) / te.sqrt(var[n, g, 0] + const_like(eps, dt)) * sc + bb
+
+    return compute(s, body, name=uname("groupnorm"))
+
+
+@register("MeanVarianceNormalization", pattern="reduce")
+def mvn(ctx: OpContext, x: Tensor) -> Tensor:
+    """ONNX MeanVarianceNormalization over ``axes`` (default 0, 2, 3)."""
+    s = shape(x)
+    axes = [norm_axis(a, len(s)) for a in (ints(ctx.attr("axes")) or [0, 2, 3])]
+    mean, var = _moments(x, axes, "mvn")
+    dt = dtype_of(x)
+
+    def body(*i: Any) -> Any:
+        mi = tuple(0 if a in axes else i[a] for a in range(len(s)))
+        return (x[i] - mean[mi]) / (te.sqrt(var[mi]) + const_like(1e-9, dt))
+
+    return compute(s, body, name=uname("mvn"))
+
+
+@register("RMSNormalization", pattern="reduce")
+def rmsnorm(ctx: OpContext, x: Tensor, scale: Tensor) -> Tensor:
+    """ONNX RMSNormalization over the axes from ``axis`` on."""
+    s = shape(x)
+    a = norm_axis(ctx.attr("axis", -1), len(s))
+    eps = float(ctx.attr("epsilon", 1e-5))
+    axes = list(range(a, len(s)))
+    cnt = int(np.prod(s[a:]))
+    dt = dtype_of(x)
+    ss = reduce_tensor(x, axes, True, te.sum, lambda v: v * v, name="rms_sum")
+
+    def body(*i: Any) -> Any:
+        mi = tuple(0 if q in axes else i[q] for q in range(len(s)))
+        return x[i] / te.sqrt(ss[mi] / const_like(cnt, dt) + const_like(eps, dt)) * bcast_load(scale, s[a:], i[a:])
+
+    return compute(s, body, name=uname("rmsnorm"))
+
+
+@register("LRN", pattern="reduce")
+def lrn(ctx: OpContext, x: Tensor) -> Tensor:
+    """ONNX LRN across channels."""
+    s = shape(x)
+    size = int(ctx.attr("size"))
+    alpha, beta, bias = float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))
+    dt = dtype_of(x)
+    lo = (size - 1) // 2
+    r = te.reduce_axis((0, size), name="r")
+
+    def sq(n: Any, c: Any, *rest: Any) -> Any:
+        cc = c - lo + r.var
+        ok = (cc >= 0) & (cc < s[1])
+        v = x[(n, E.max_expr(E.min_expr(cc, s[1] - 1), 0)) + rest]
+        return te.sum(te.if_then_else(ok, v * v, const_like(0, dt)), axis=r)
+
+    ssum = compute(s, sq, name=uname("lrn_sum"))
+    return compute(
+        s,
+        lambda *i: x[i] / te.pow(const_like(bias, dt) + const_like(alpha / size, dt) * ssum[i], const_like(beta, dt)),
+        name=uname("lrn"),
+    )
+
+
+# -- resize --------------------------------------------------------------------------------------------
+def _cubic_weights(t: Any, a: float, dt: str) -> list[Any]:
+    """Keys' cubic convolution weights for taps at -1, 0, 1, 2 given the fraction t."""
+    A = const_like(a, dt)
+    one = const_like(1.0, dt)
+
+    def near(z: Any) -> Any:  # |z| <= 1
+        return ((A + const_like(2, dt)) * z - (A + const_like(3, dt))) * z * z + one
+
+    def far(z: Any) -> Any:  # 1 < |z| < 2
+        return ((A * z - const_like(5, dt) * A) * z + const_like(8, dt) * A) * z - const_like(4, dt) * A
+
+    return [far(t + one), near(t), near(one - t), far(const_like(2.0, dt) - t)]
+
+
+@register("Resize", "Upsample")
+def resize(ctx: OpContext, x: Tensor, *rest: Any) -> Tensor:
+    """ONNX Resize (nearest, linear, cubic; every coordinate transformation mode) and Upsample."""
+    s = shape(x)
+    n = len(s)
+    mode = _s(ctx.attr("mode", "nearest"))
+    if ctx.op == "Upsample":
+        sc = ctx.value(1) if ctx.opset >= 9 else np.array(ctx.attr("scales"), np.float32)
+        scales, sizes, roi, axes = [float(v) for v in sc.reshape(-1)], None, None, list(range(n))
+        ctm, nmode = "asymmetric", "floor"
+        mode = "linear" if mode in ("bilinear", "linear") else mode
+    else:
+        axes = [norm_axis(a, n) for a in ints(ctx.attr("axes"))] or list(range(n))
+        if ctx.opset < 11:
+            scales, sizes, roi = [float(v) for v in ctx.value(1).reshape(-1)], None, None
+        else:
+            roi_v = ctx.value(1) if ctx.has(1) else None
+            roi = [float(v) for v in roi_v.reshape(-1)] if roi_v is not None and roi_v.size else None
+            sc = ctx.value(2) if ctx.has(2) else None
+            scales = [float(v) for v in sc.reshape(-1)] if sc is not None and sc.size else None
+            sz = ctx.value(3) if ctx.has(3) else None
+            sizes = ints(sz) if sz is not None and sz.size else None
+        ctm = _s(ctx.attr("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 11 else "asymmetric"))
+        nmode = _s(ctx.attr("nearest_mode", "round_prefer_floor"))
+    if int(ctx.attr("antialias", 0)):
+        raise ctx.fail("antialias=1 is not supported")
+    cubic_a = float(ctx.attr("cubic_coeff_a", -0.75))
+    exclude = int(ctx.attr("exclude_outside", 0))
+    extrap = float(ctx.attr("extrapolation_value", 0.0))
+    full_scales = [1.0] * n
+    out = list(s)
+    if sizes is not None:
+        policy = _s(ctx.attr("keep_aspect_ratio_policy", "stretch"))
+        if policy != "stretch":
+            ratios = [sizes[k] / s[a] for k, a in enumerate(axes)]
+            r = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                full_scales[a] = r
+                out[a] = int(math.floor(r * s[a] + 0.5))
+        else:
+            for k, a in enumerate(axes):
+                out[a] = sizes[k]
+                full_scales[a] = sizes[k] / s[a]
+    elif scales is not None:
+        for k, a in enumerate(axes):
+            full_scales[a] = scales[k] if len(scales) == len(axes) else scales[a]
+            out[a] = int(math.floor(s[a] * full_scales[a]))
+    else:
+        raise ctx.fail("give scales or sizes")
+    roi_full = [(0.0, 1.0)] * n
+    if roi is not None:
+        m = len(axes) if len(roi) == 2 * len(axes) else n
+        ax = axes if m == len(axes) else list(range(n))
+        roi_full = list(roi_full)
+        for k, a in enumerate(ax):
+            roi_full[a] = (roi[k], roi[k + m])
+    dt = dtype_of(x)
+    fdt = "float64" if dt == "float64" else "float32"
+    resized = [a for a in range(n) if out[a] != s[a] or full_scales[a] != 1.0 or ctm == "tf_crop_and_resize"]
+
+    def orig_coord(a: int, o: Any) -> Any:
+        scale = full_scales[a]
+        of = cast(o, fdt)
+        F = lambda v: const_like(v, fdt)  # noqa: E731
+        if ctm == "half_pixel":
+            return (of + F(0.5)) / F(scale) - F(0.5)
+        if ctm == "half_pixel_symmetric":
+            adj = out[a] / (scale * s[a]) if True else 1.0
+            center = s[a] / 2.0
+            offset = center * (1 - adj)
+            return F(offset) + (of + F(0.5)) / F(scale) - F(0.5)
+        if ctm == "pytorch_half_pixel":
+            return (of + F(0.5)) / F(scale) - F(0.5) if out[a] > 1 else F(0.0)
+        if ctm == "align_corners":
+            return of * F((s[a] - 1) / (out[a] - 1)) if out[a] > 1 else F(0.0)
+        if ctm == "asymmetric":
+            return of / F(scale)
+        if ctm == "tf_crop_and_resize":
+            r0, r1 = roi_full[a]
+            if out[a] > 1:
+                return F(r0 * (s[a] - 1)) + of * F((r1 - r0) * (s[a] - 1) / (out[a] - 1))
+            return F(0.5 * (r0 + r1) * (s[a] - 1))
+        raise ctx.fail(f"coordinate_transformation_mode {ctm} is not supported")
+
+    def body(*i: Any) -> Any:
+        coords = {a: orig_coord(a, i[a]) for a in resized}
+        outside = None
+        if ctm == "tf_crop_and_resize":
+            for a in resized:
+                c = (coords[a] < const_like(0.0, fdt)) | (coords[a] > const_like(s[a] - 1, fdt))
+                outside = c if outside is None else outside | c
+        if mode == "nearest":
+            idx = list(i)
+            for a in resized:
+                c = coords[a]
+                if nmode == "round_prefer_floor":
+                    r = te.if_then_else(
+                        c - te.floor(c) == const_like(0.5, fdt), te.floor(c), te.floor(c + const_like(0.5, fdt))
+                    )
+                elif nmode == "round_prefer_ceil":
+                    r = te.floor(c + const_like(0.5, fdt))
+                elif nmode == "floor":
+                    r = te.floor(c)
+                else:
+                    r = te.ceil(c)
+                ii = cast(r, "int32")
+                idx[a] = E.max_expr(E.min_expr(ii, s[a] - 1), 0)
+            v = x[tuple(idx)]
+        else:
+            taps = []  # per axis: list of (index expr, weight expr)
+            for a in resized:
+                c = coords[a]
+                fl = te.floor(c)
+                t = c - fl
+                base = cast(fl, "int32")
+                if mode == "linear":
+                    offs, ws = [0, 1], [const_like(1.0, fdt) - t, t]
+                else:
+                    offs, ws = [-1, 0, 1, 2], _cubic_weights(t, cubic_a, fdt)
+                entries = []
+                for off, wgt in zip(offs, ws):
+                    j = base + off
+                    ok = (j >= 0) & (j < s[a])
+                    jj = E.max_expr(E.min_expr(j, s[a] - 1), 0)
+                    entries.append((jj, wgt, ok))
+                if exclude and mode == "cubic":
+                    tot = None
+                    for _, wgt, ok in entries:
+                        term = te.if_then_else(ok, wgt, const_like(0.0, fdt))
+                        tot = term if tot is None else tot + term
+                    entries = [
+                        (jj, te.if_then_else(ok, wgt, const_like(0.0, fdt)) / tot, ok) for jj, wgt, ok in entries
+                    ]
+                taps.append(entries)
+            v = None
+            combos: list[tuple[list[Any], Any]] = [([], const_like(1.0, fdt))]
+            for entries in taps:
+                combos = [(idx + [jj], w * wgt) for idx, w in combos for jj, wgt, _ in entries]
+            for jlist, w in combos:
+                idx = list(i)
+                for a, jj in zip(resized, jlist):
+                    idx[a] = jj
+                term = cast(x[tuple(idx)], fdt) * w
+                v = term if v is None else v + term
+            if v is None:
+                v = x[i]
+            v = cast(v, dt)
+        if outside is not None:
+            v = te.if_then_else(outside, const_like(extrap, dt), v)
+        return v
+
+    return compute(tuple(out), body, name=uname("resize"))

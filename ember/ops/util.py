@@ -1,0 +1,137 @@
+"""Small helpers shared by the operator definitions."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import te
+from ..errors import EmberError
+from ..ir import expr as E
+from ..te import Tensor
+
+_counter = itertools.count()
+
+
+def uname(base: str) -> str:
+    """A fresh stage name (valid identifier) starting with ``base``."""
+    clean = "".join(c if c.isalnum() else "_" for c in base) or "t"
+    if clean[0].isdigit():
+        clean = "t" + clean
+    return f"{clean}_{next(_counter)}"
+
+
+def shape(t: Tensor) -> tuple[int, ...]:
+    """The static shape of ``t`` as Python ints."""
+    out = []
+    for s in t.shape:
+        v = E.const_int_value(s)
+        if v is None:
+            raise EmberError(
+                f"tensor {t.name} has a symbolic dimension {s}; ember's graph compiler needs static shapes"
+            )
+        out.append(v)
+    return tuple(out)
+
+
+def dtype_of(t: Tensor) -> str:
+    """The dtype of ``t`` as a string."""
+    return str(t.dtype)
+
+
+def norm_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    """``axis`` made non-negative, checked against ``ndim``."""
+    a = int(axis)
+    if a < 0:
+        a += ndim
+    if not 0 <= a < max(ndim, 1):
+        raise EmberError(f"{what} {axis} is out of range for a tensor of {ndim} dimension(s)")
+    return a
+
+
+def bcast_load(t: Tensor, out_shape: Sequence[int], idx: Sequence[Any]) -> E.PrimExpr:
+    """``t`` read at output index ``idx`` under NumPy broadcasting to ``out_shape``."""
+    ts = shape(t)
+    off = len(out_shape) - len(ts)
+    ind = tuple(0 if ts[k] == 1 and out_shape[off + k] != 1 else idx[off + k] for k in range(len(ts)))
+    return t[ind]
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """NumPy broadcasting of static shapes, with an error naming them."""
+    try:
+        return tuple(int(x) for x in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError as exc:
+        raise EmberError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} do not broadcast together") from exc
+
+
+def cast(x: Any, dt: str) -> E.PrimExpr:
+    """``x`` converted to ``dt`` with NumPy's rules (to bool is ``x != 0``)."""
+    x = E.convert(x)
+    if dt == "bool":
+        return x if x.dtype.is_bool else (x != E.const(0, x.dtype))
+    if x.dtype.is_bool:
+        return te.if_then_else(x, E.const(1, dt), E.const(0, dt))
+    return E.cast(dt, x)
+
+
+def compute(
+    shp: Sequence[int], f: Callable[..., Any], name: str, tag: str = "", attrs: dict[str, Any] | None = None
+) -> Any:
+    """``te.compute`` whose function takes the indices as positional arguments, whatever its
+    signature looks like (defaults, ``*rest``)."""
+    return te.compute(tuple(shp), lambda *i: f(*i), name=name, tag=tag, attrs=attrs)
+
+
+def elementwise(name: str, inputs: Sequence[Tensor], f: Callable[..., Any], out_dtype: str | None = None) -> Tensor:
+    """A broadcasting elementwise tensor computing ``f(*loads)``."""
+    out = broadcast_shapes(*[shape(t) for t in inputs])
+
+    def body(*i: Any) -> Any:
+        v = E.convert(f(*[bcast_load(t, out, i) for t in inputs]))
+        return cast(v, out_dtype) if out_dtype is not None and str(v.dtype) != out_dtype else v
+
+    return te.compute(out, body, name=uname(name))
+
+
+def const_like(value: float | int | bool, dt: str) -> E.PrimExpr:
+    """A constant of dtype ``dt``."""
+    if dt == "bool":
+        return E.const(bool(value), "bool")
+    if "int" in dt:
+        return E.const(int(value), dt)
+    return E.const(float(value), dt)
+
+
+def identity(name: str, t: Tensor) -> Tensor:
+    """A copy of ``t``."""
+    return te.compute(shape(t), lambda *i: t[i], name=uname(name))
+
+
+def from_numpy(value: np.ndarray, name: str) -> Tensor:
+    """A small constant array as a computed tensor (elements as immediate constants)."""
+    flat = value.reshape(-1)
+    dt = str(value.dtype)
+    if flat.size > 64:
+        raise EmberError(f"{name}: constant of {flat.size} elements is too large to embed")
+
+    def body(*i: Any) -> Any:
+        lin = E.const(0)
+        for k, d in enumerate(value.shape):
+            lin = lin * d + i[k]
+        out = const_like(flat[-1].item(), dt)
+        for j in range(flat.size - 2, -1, -1):
+            out = te.if_then_else(lin == j, const_like(flat[j].item(), dt), out)
+        return out
+
+    return te.compute(value.shape, body, name=uname(name))
+
+
+def ints(v: Any) -> list[int]:
+    """A list of Python ints from an attribute or a constant array."""
+    if v is None:
+        return []
+    return [int(x) for x in np.asarray(v).reshape(-1)]
