@@ -173,6 +173,16 @@ class Target:
         return 0
 
     @property
+    def max_shared_memory_per_block_optin(self) -> int:
+        """Bytes of shared memory one block may use when it asks for more than the static limit
+        (dynamic shared memory on NVIDIA; the LDS size on AMD)."""
+        if self.kind == "cuda":
+            cc = int(re.sub(r"\D", "", self.opt("arch")) or 80)
+            table = {70: 96, 72: 96, 75: 64, 80: 163, 86: 99, 87: 163, 89: 99, 90: 227, 100: 227, 120: 99}
+            return table.get(cc, 48) * 1024
+        return self.max_shared_memory_per_block
+
+    @property
     def peak_gflops_fp32(self) -> float:
         """Nominal fp32 peak (GFLOP/s), used for roofline estimates."""
         table = {

@@ -201,10 +201,13 @@ def _split_guard(body: S.Stmt, var: E.Var) -> tuple[E.PrimExpr | None, S.Stmt]:
     return None, body
 
 
-def _is_linear_guard(cond: E.PrimExpr) -> bool:
-    """Conjunctions of integer comparisons: true on a convex set of the loop variable."""
+def _is_linear_guard(cond: E.PrimExpr, var: E.Var | None = None) -> bool:
+    """Conjunctions of integer comparisons: true on a convex set of the loop variable (clauses
+    that do not mention ``var`` are constant over the loop and may be anything)."""
+    if var is not None and not _depends(cond, var):
+        return True
     if isinstance(cond, E.And):
-        return _is_linear_guard(cond.a) and _is_linear_guard(cond.b)
+        return _is_linear_guard(cond.a, var) and _is_linear_guard(cond.b, var)
     if isinstance(cond, (E.LT, E.LE)) and cond.a.dtype.is_int:
         for n in _nodes(cond):
             if isinstance(n, (E.FloorDiv, E.FloorMod, E.Div, E.Mod, E.Min, E.Max, E.Select, E.BufferLoad)):
@@ -239,7 +242,7 @@ def vectorize_loops(stmt: S.Stmt) -> S.Stmt:
                 return serial
             lanes = ext.value
             guard, inner = _split_guard(body, s.loop_var)
-            if guard is not None and not _is_linear_guard(guard):
+            if guard is not None and not _is_linear_guard(guard, s.loop_var):
                 return serial
             try:
                 vec_body = _VecStmt(s.loop_var, lanes, s.min).stmt(inner)

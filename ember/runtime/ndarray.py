@@ -50,17 +50,22 @@ class Device:
 
     def driver(self) -> Any:
         """The runtime driver module of this device kind."""
-        if self.kind == "cuda":
-            from . import cuda
+        if self.kind in ("cuda", "rocm"):
+            import importlib
 
-            return cuda
-        if self.kind == "rocm":
-            from . import rocm
-
-            return rocm
+            # by module path: the package attributes ``cuda``/``rocm`` are the device functions
+            return importlib.import_module(f"{__package__}.{self.kind}")
         from . import cpu
 
         return cpu
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """A GPU's attributes from its driver (``multi_processor_count``,
+        ``max_shared_memory_per_block``, ``clock_rate_khz``, ``device_name``...); empty for the CPU."""
+        if self.kind == "cpu":
+            return {}
+        return self.driver().device_attributes(self.index)
 
     def sync(self) -> None:
         """Wait for all work queued on the device."""

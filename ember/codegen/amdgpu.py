@@ -1,0 +1,296 @@
+"""AMD code generation: loop IR → LLVM AMDGPU → object → ``ld.lld -shared`` → HSA code object.
+
+Kernels use the ``amdgpu_kernel`` calling convention and carry
+``amdgpu-flat-work-group-size="1,<block size>"``; global pointers are in address space 1, shared
+buffers (LDS) in 3, the stack (``"local"`` buffers) in 5, and the explicit arguments are laid out
+in the kernarg segment at their natural alignment (``runtime/rocm.py`` packs them the same way;
+the metadata LLVM writes into the code object lists the same offsets). The code object is ABI
+version 5. Wave64 on gfx9 parts, wave32 on gfx10 and newer unless ``-mattr=+wavefrontsize64``.
+
+Math comes from the ROCm device libraries (``ocml.bc``) when found — ``EMBER_ROCM_DEVICE_LIBS``
+(a folder, or ``off``), ``$ROCM_PATH``/``/opt/rocm`` ``/amdgcn/bitcode``, Debian's
+``rocm-device-libs`` (``/usr/lib/x86_64-linux-gnu/amdgcn/bitcode``) — with ember defining the
+``__oclc_*`` control constants for the chosen gfx target; otherwise from
+:class:`~.gpu.FallbackMath` on ``llvm.exp2``/``llvm.log2``/``llvm.sin``/``llvm.cos``, which the
+AMDGPU backend implements natively.
+
+The linker is looked for in this order: the ``lld`` argument of :func:`find_lld`, ``EMBER_LLD``,
+``$ROCM_PATH/llvm/bin/ld.lld``, ``/opt/rocm/llvm/bin/ld.lld``, ``ld.lld-22`` … ``ld.lld-19``,
+``ld.lld``; one older than 19 is skipped (lld 14 rejects the code object versions LLVM 22 writes).
+Every AMDGPU emission parses a fresh module (emitting twice from one module aborts LLVM).
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from typing import Any
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from ..errors import CodegenError, ToolchainError
+from ..target import Target
+from .cpu import init_llvm, optimize, parse_and_verify
+from .gpu import CodeGenGPU, FallbackMath, finalize_kernels
+from .gpu_build import build_gpu, disabled, env_path
+from .llvm import F32, I32
+
+MIN_LLD = 19
+CODE_OBJECT_VERSION = 500
+
+
+@functools.cache
+def find_device_libs() -> str | None:
+    """The folder holding ``ocml.bc``, or None (see the module doc)."""
+    env = env_path("EMBER_ROCM_DEVICE_LIBS")
+    if disabled(env):
+        return None
+    cands = [env] if env else []
+    for root in (os.environ.get("ROCM_PATH", ""), "/opt/rocm"):
+        if root:
+            cands += [os.path.join(root, "amdgcn", "bitcode"), os.path.join(root, "lib", "llvm", "lib", "clang")]
+    cands += sorted(glob.glob("/opt/rocm-*/amdgcn/bitcode"), reverse=True)
+    cands += ["/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/usr/lib/aarch64-linux-gnu/amdgcn/bitcode",
+              "/usr/share/amdgcn/bitcode"]
+    for c in cands:
+        if c and os.path.isfile(os.path.join(c, "ocml.bc")):
+            return c
+    return None
+
+
+def _lld_version(path: str) -> int | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"LLD (\d+)\.", out)
+    return int(m.group(1)) if m else None
+
+
+@functools.cache
+def find_lld(lld: str | None = None) -> str:
+    """The ``ld.lld`` to link code objects with (see the module doc for the order)."""
+    tried: list[str] = []
+    cands: list[str] = []
+    if lld:
+        cands.append(lld)
+    env = env_path("EMBER_LLD")
+    if env:
+        cands.append(env)
+    for root in (os.environ.get("ROCM_PATH", ""), "/opt/rocm"):
+        if root:
+            cands.append(os.path.join(root, "llvm", "bin", "ld.lld"))
+    for v in range(22, MIN_LLD - 1, -1):
+        cands.append(f"ld.lld-{v}")
+    cands.append("ld.lld")
+    for c in cands:
+        path = c if os.path.isfile(c) else shutil.which(c)
+        if not path:
+            continue
+        ver = _lld_version(path)
+        if ver is not None and ver >= MIN_LLD:
+            return path
+        tried.append(f"{path} (version {ver if ver is not None else 'unknown'})")
+    old = f"; found only {', '.join(tried)}, older than {MIN_LLD} (lld 14 rejects code object v5/v6)" if tried else ""
+    raise ToolchainError(
+        "ld.lld (LLVM's linker, version 19 or newer) is needed to link AMDGPU code objects and was not found"
+        f"{old}: install it (Debian/Ubuntu: apt-get install lld-22; or ROCm), or set EMBER_LLD=/path/to/ld.lld"
+    )
+
+
+def isa_version(mcpu: str) -> int:
+    """``__oclc_ISA_version`` of a gfx target: gfx942 → 9402, gfx90a → 9010, gfx1100 → 11000."""
+    digits = mcpu[3:]
+    major = digits[:-2]
+    return int(major) * 1000 + int(digits[-2], 16) * 100 + int(digits[-1], 16)
+
+
+class CodeGenAMDGPU(CodeGenGPU, FallbackMath):
+    """AMDGPU kernels (see module doc)."""
+
+    kernel_cc = "amdgpu_kernel"
+    global_addrspace = 1
+    shared_addrspace = 3
+    static_shared_limit = 64 * 1024
+
+    def __init__(self, target: Target, module_name: str = "ember", device_libs: str | None = None):
+        super().__init__(target, module_name)
+        self.device_libs = device_libs
+        self.uses_ocml = False
+        self.module.data_layout = str(_target_machine(target).target_data)
+
+    def alloca_pointer_type(self, buf: Any) -> ir.Type:
+        return ir.PointerType(addrspace=5)
+
+    def alloca(self, elem: ir.Type, count: int, name: str, ptr_type: ir.Type = None) -> ir.Value:  # type: ignore[assignment]
+        """An ``alloca`` in the private address space 5 (what the AMDGPU data layout requires)."""
+        inst = _PrivateAlloca(self.builder.block, elem, ir.Constant(ir.IntType(64), count) if count != 1 else None,
+                              self.module.get_unique_name(name))
+        inst.align = 64
+        inst.type = ir.PointerType(addrspace=5)
+        self.builder._insert(inst)
+        return inst
+
+    def kernel_attributes(self, k: Any) -> dict[str, str]:
+        n = k.block[0] * k.block[1] * k.block[2]
+        return {"amdgpu-flat-work-group-size": f"1,{n}", "uniform-work-group-size": "true"}
+
+    def read_index(self, tag: str) -> ir.Value:
+        kind, axis = tag.split(".")
+        name = {"threadIdx": "workitem", "blockIdx": "workgroup"}[kind]
+        return self.builder.call(self.intrinsic(f"llvm.amdgcn.{name}.id.{axis}", I32, []), [])
+
+    def barrier(self) -> None:
+        b = self.builder
+        b.fence("release", "workgroup")
+        b.call(self.intrinsic("llvm.amdgcn.s.barrier", ir.VoidType(), []), [])
+        b.fence("acquire", "workgroup")
+
+    def lane_id(self) -> ir.Value:
+        b = self.builder
+        mbcnt_lo = self.intrinsic("llvm.amdgcn.mbcnt.lo", I32, [I32, I32])
+        lo = b.call(mbcnt_lo, [ir.Constant(I32, -1), ir.Constant(I32, 0)])
+        if self.target.warp_size == 32:
+            return lo
+        return b.call(self.intrinsic("llvm.amdgcn.mbcnt.hi", I32, [I32, I32]), [ir.Constant(I32, -1), lo])
+
+    def shfl_xor_i32(self, value: ir.Value, offset: int) -> ir.Value:
+        b = self.builder
+        src = b.xor(self.lane_id(), ir.Constant(I32, offset))
+        addr = b.shl(src, ir.Constant(I32, 2))
+        return b.call(self.intrinsic("llvm.amdgcn.ds.bpermute", I32, [I32, I32]), [addr, value])
+
+    def hw_exp2(self, x: ir.Value) -> ir.Value:
+        return self.llvm_intrinsic("exp2", [x])
+
+    def hw_log2(self, x: ir.Value) -> ir.Value:
+        return self.llvm_intrinsic("log2", [x])
+
+    def hw_sin(self, x: ir.Value) -> ir.Value:
+        return self.llvm_intrinsic("sin", [x])
+
+    def hw_cos(self, x: ir.Value) -> ir.Value:
+        return self.llvm_intrinsic("cos", [x])
+
+    def library_function(self, op: str, scalar: ir.Type) -> str | None:
+        if not self.device_libs:
+            return None
+        self.uses_ocml = True
+        return f"__ocml_{op}_{'f32' if scalar == F32 else 'f64'}"
+
+
+class _PrivateAlloca(ir.instructions.AllocaInstr):
+    def descr(self, buf: list[str]) -> None:
+        super().descr(buf)
+        buf.append(", addrspace(5)")
+
+
+def _target_machine(tgt: Target) -> Any:
+    init_llvm()
+    t = llvm.Target.from_triple(tgt.triple)
+    return t.create_target_machine(cpu=tgt.mcpu, features=tgt.opt("mattr"), opt=3, reloc="pic")
+
+
+def _control_constants(tgt: Target) -> str:
+    """The ``__oclc_*`` constants ocml reads, for ``tgt`` (IEEE behaviour, no fast-math)."""
+    w64 = 1 if tgt.warp_size == 64 else 0
+    consts = [("__oclc_finite_only_opt", "i8", 0), ("__oclc_unsafe_math_opt", "i8", 0), ("__oclc_daz_opt", "i8", 0),
+              ("__oclc_correctly_rounded_sqrt32", "i8", 1), ("__oclc_wavefrontsize64", "i8", w64),
+              ("__oclc_ISA_version", "i32", isa_version(tgt.mcpu)), ("__oclc_ABI_version", "i32", CODE_OBJECT_VERSION)]
+    return "\n".join(f"@{n} = linkonce_odr hidden local_unnamed_addr addrspace(4) constant {t} {v}, "
+                     f"align {4 if t == 'i32' else 1}"
+                     for n, t, v in consts)
+
+
+@functools.lru_cache(maxsize=8)
+def _bitcode(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class AMDGPUBackend:
+    """Turns an AMDGPU code generator's module into an HSA code object."""
+
+    def __init__(self) -> None:
+        self.device_libs = find_device_libs()
+
+    def fingerprint(self) -> str:
+        return f"device_libs={self.device_libs} cov={CODE_OBJECT_VERSION}"
+
+    def codegen(self, tgt: Target) -> CodeGenAMDGPU:
+        return CodeGenAMDGPU(tgt, "ember_rocm", self.device_libs)
+
+    def compile(self, cg: CodeGenAMDGPU) -> dict[str, Any]:
+        tgt = cg.target
+        tm = _target_machine(tgt)
+        text = finalize_kernels(str(cg.module), cg.kernel_attrs)
+        text += ('!llvm.module.flags = !{!9900}\n'
+                 f'!9900 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION}}}\n')
+        if cg.uses_ocml:
+            text += _control_constants(tgt) + "\n"
+        mod = parse_and_verify(text, "the ROCm kernels")
+        kernels = {k.name for k in cg.kernels}
+        if cg.uses_ocml and self.device_libs:
+            for name in ("ocml.bc", "ockl.bc"):
+                path = os.path.join(self.device_libs, name)
+                if not os.path.isfile(path):
+                    continue
+                try:
+                    lib = llvm.parse_bitcode(_bitcode(path))
+                except RuntimeError as exc:
+                    raise ToolchainError(f"{path} could not be read by LLVM: {exc}; set EMBER_ROCM_DEVICE_LIBS=off "
+                                         "to use ember's own math") from exc
+                lib.triple = tgt.triple
+                lib.data_layout = str(tm.target_data)
+                mod.link_in(lib)
+        for f in mod.functions:
+            if not f.is_declaration and f.name not in kernels:
+                f.linkage = "internal"
+        try:
+            mod.verify()
+        except RuntimeError as exc:
+            raise CodegenError(f"the linked ROCm module does not verify: {exc}") from exc
+        optimize(mod, tm, 3)
+        llvm_text = str(mod)
+        undefined = [f.name for f in mod.functions if f.is_declaration and not f.name.startswith("llvm.")]
+        if undefined:
+            raise CodegenError(f"the ROCm kernels call functions that nothing defines: {', '.join(undefined)}")
+        obj = _target_machine(tgt).emit_object(parse_and_verify(llvm_text, "the optimized ROCm kernels"))
+        hsaco = link_code_object(obj)
+        return {"binary": hsaco, "llvm": llvm_text, "format": "hsaco", "extra": {}}
+
+    def sources(self, compiled: dict[str, Any], tgt: Target) -> dict[str, Any]:
+        llvm_text = compiled["llvm"]
+
+        @functools.lru_cache(maxsize=1)
+        def asm() -> str:
+            return _target_machine(tgt).emit_assembly(parse_and_verify(llvm_text, "the ROCm kernels"))
+
+        return {"llvm": lambda: llvm_text, "asm": asm}
+
+
+def link_code_object(obj: bytes, lld: str | None = None) -> bytes:
+    """Link an AMDGPU relocatable object into a shared (``ET_DYN``) HSA code object."""
+    linker = find_lld(lld)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "kernel.o")
+        out = os.path.join(tmp, "kernel.hsaco")
+        with open(src, "wb") as f:
+            f.write(obj)
+        proc = subprocess.run([linker, "-shared", src, "-o", out], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ToolchainError(f"{linker} could not link the AMDGPU code object:\n{proc.stderr.strip()}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def build_rocm(funcs: list[Any], tgt: Target, target_host: Target, use_cache: bool = True,
+               cache_dir: Any = None) -> Any:
+    """Build lowered functions for an AMD GPU: the host module with the device module imported."""
+    return build_gpu(funcs, tgt, target_host, use_cache, cache_dir, AMDGPUBackend())

@@ -1,0 +1,243 @@
+"""NVIDIA code generation: loop IR → LLVM NVPTX → PTX (and a cubin when ``ptxas`` is present).
+
+Kernels use the ``ptx_kernel`` calling convention, carry ``nvvm.maxntid`` (the block size they
+are compiled for), take global pointers in address space 1 and put shared buffers in address
+space 3. Math functions come from libdevice (the CUDA toolkit's ``libdevice.10.bc``, linked
+with llvmlite and internalized) when it is found, else from :class:`~.gpu.FallbackMath` on
+the hardware's ``ex2.approx``/``lg2.approx``/``sin.approx``/``cos.approx``; LLVM's libm
+intrinsics (``llvm.exp.f32``...), which abort on NVPTX, are never emitted.
+
+Where libdevice is looked for, first hit wins: ``EMBER_LIBDEVICE`` (a file, or ``off``);
+``$CUDA_HOME``/``$CUDA_PATH``/``/usr/local/cuda``/``/usr/local/cuda-*`` ``/nvvm/libdevice``; the
+``nvidia-cuda-nvcc`` wheel (``site-packages/nvidia/cuda_nvcc/nvvm/libdevice``, also ``nvidia/cu13``).
+``ptxas`` is looked for in ``EMBER_PTXAS`` (a file, or ``off``), ``PATH``, then the same CUDA
+directories; with it the module loads a cubin, without it PTX that the driver compiles.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Any
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from ..errors import CodegenError, ToolchainError
+from ..target import Target
+from .cpu import init_llvm, optimize, parse_and_verify
+from .gpu import CodeGenGPU, FallbackMath, finalize_kernels
+from .gpu_build import build_gpu, disabled, env_path
+from .llvm import F32, I32
+
+
+def _cuda_roots() -> list[str]:
+    roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    roots += sorted(glob.glob("/usr/local/cuda-*"), reverse=True)
+    roots += ["/usr/lib/nvidia-cuda-toolkit", "/opt/cuda"]
+    return [r for r in roots if r]
+
+
+def _wheel_dirs() -> list[str]:
+    out = []
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("nvidia")
+        for base in list(spec.submodule_search_locations or []) if spec else []:
+            out += [os.path.join(base, "cuda_nvcc"), os.path.join(base, "cu13"), os.path.join(base, "cu12")]
+    except (ImportError, ValueError):
+        pass
+    return out
+
+
+@functools.cache
+def find_libdevice(explicit: str | None = None) -> str | None:
+    """The path of ``libdevice.10.bc``, or None (see the module doc for the search order)."""
+    env = explicit or env_path("EMBER_LIBDEVICE")
+    if disabled(env):
+        return None
+    if env:
+        if not os.path.isfile(env):
+            raise ToolchainError(f"EMBER_LIBDEVICE={env} is not a file: point it at libdevice.10.bc or set it to off")
+        return env
+    for root in _cuda_roots() + _wheel_dirs():
+        for cand in glob.glob(os.path.join(root, "nvvm", "libdevice", "libdevice*.bc")):
+            return cand
+    return None
+
+
+@functools.cache
+def find_ptxas() -> str | None:
+    """The ``ptxas`` to make cubins with, or None (``EMBER_PTXAS=off`` disables it)."""
+    env = env_path("EMBER_PTXAS")
+    if disabled(env):
+        return None
+    if env:
+        return env if os.path.isfile(env) else None
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    for root in _cuda_roots() + _wheel_dirs():
+        cand = os.path.join(root, "bin", "ptxas")
+        if os.path.isfile(cand):
+            return cand
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def _libdevice_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class CodeGenNVPTX(CodeGenGPU, FallbackMath):
+    """NVPTX kernels (see module doc)."""
+
+    kernel_cc = "ptx_kernel"
+    global_addrspace = 1
+    shared_addrspace = 3
+    static_shared_limit = 48 * 1024
+
+    def __init__(self, target: Target, module_name: str = "ember", libdevice: str | None = None):
+        super().__init__(target, module_name)
+        self.libdevice = libdevice
+        self.uses_libdevice = False
+
+    def kernel_attributes(self, k: Any) -> dict[str, str]:
+        return {"nvvm.maxntid": ",".join(str(d) for d in k.block)}
+
+    def read_index(self, tag: str) -> ir.Value:
+        kind, axis = tag.split(".")
+        reg = {"threadIdx": "tid", "blockIdx": "ctaid"}[kind]
+        fn = self.intrinsic(f"llvm.nvvm.read.ptx.sreg.{reg}.{axis}", I32, [])
+        return self.builder.call(fn, [])
+
+    def barrier(self) -> None:
+        self.builder.call(self.intrinsic("llvm.nvvm.barrier0", ir.VoidType(), []), [])
+
+    def shfl_xor_i32(self, value: ir.Value, offset: int) -> ir.Value:
+        mask = self.builder.call(self.intrinsic("llvm.nvvm.activemask", I32, []), [])
+        fn = self.intrinsic("llvm.nvvm.shfl.sync.bfly.i32", I32, [I32, I32, I32, I32])
+        return self.builder.call(fn, [mask, value, ir.Constant(I32, offset), ir.Constant(I32, 0x1F)])
+
+    # hardware approximations used by the fallback math (scalar float32)
+    def hw_exp2(self, x: ir.Value) -> ir.Value:
+        return self.builder.call(self.intrinsic("llvm.nvvm.ex2.approx.f", F32, [F32]), [x])
+
+    def hw_log2(self, x: ir.Value) -> ir.Value:
+        return self.builder.call(self.intrinsic("llvm.nvvm.lg2.approx.f", F32, [F32]), [x])
+
+    def hw_sin(self, x: ir.Value) -> ir.Value:
+        return self.builder.call(self.intrinsic("llvm.nvvm.sin.approx.f", F32, [F32]), [x])
+
+    def hw_cos(self, x: ir.Value) -> ir.Value:
+        return self.builder.call(self.intrinsic("llvm.nvvm.cos.approx.f", F32, [F32]), [x])
+
+    def library_function(self, op: str, scalar: ir.Type) -> str | None:
+        if not self.libdevice:
+            return None
+        self.uses_libdevice = True
+        return f"__nv_{op}{'f' if scalar == F32 else ''}"
+
+
+def _target_machine(tgt: Target) -> Any:
+    init_llvm()
+    t = llvm.Target.from_triple(tgt.triple)
+    arch = tgt.mcpu
+    return t.create_target_machine(cpu=arch, features=tgt.opt("mattr"), opt=3)
+
+
+class NVPTXBackend:
+    """Turns an NVPTX code generator's module into PTX and, with ptxas, a cubin."""
+
+    def __init__(self, libdevice: str | None = None):
+        self.libdevice = find_libdevice(libdevice)
+        self.ptxas = find_ptxas()
+
+    def fingerprint(self) -> str:
+        return f"libdevice={self.libdevice} ptxas={self.ptxas}"
+
+    def codegen(self, tgt: Target) -> CodeGenNVPTX:
+        return CodeGenNVPTX(tgt, "ember_cuda", self.libdevice)
+
+    def compile(self, cg: CodeGenNVPTX) -> dict[str, Any]:
+        tgt = cg.target
+        tm = _target_machine(tgt)
+        text = finalize_kernels(str(cg.module), cg.kernel_attrs)
+        mod = parse_and_verify(text, "the CUDA kernels")
+        mod.triple = tgt.triple
+        mod.data_layout = str(tm.target_data)
+        kernels = {k.name for k in cg.kernels}
+        if cg.uses_libdevice and self.libdevice:
+            try:
+                lib = llvm.parse_bitcode(_libdevice_bytes(self.libdevice))
+            except RuntimeError as exc:
+                raise ToolchainError(f"libdevice at {self.libdevice} could not be read by LLVM: {exc}; "
+                                     "set EMBER_LIBDEVICE=off to use ember's own math") from exc
+            lib.triple = tgt.triple
+            lib.data_layout = str(tm.target_data)
+            mod.link_in(lib)
+        _internalize(mod, kernels)
+        try:
+            mod.verify()
+        except RuntimeError as exc:
+            raise CodegenError(f"the linked CUDA module does not verify: {exc}") from exc
+        optimize(mod, tm, 3)
+        llvm_text = str(mod)
+        ptx = tm.emit_assembly(parse_and_verify(llvm_text, "the optimized CUDA kernels"))
+        extra: dict[str, Any] = {"ptx": ptx}
+        if self.ptxas:
+            cubin, log = ptxas_compile(ptx, tgt.mcpu, self.ptxas)
+            extra["ptxas_log"] = log
+            return {"binary": cubin, "llvm": llvm_text, "format": "cubin", "extra": extra}
+        return {"binary": ptx.encode(), "llvm": llvm_text, "format": "ptx", "extra": extra}
+
+    def sources(self, compiled: dict[str, Any], tgt: Target) -> dict[str, Any]:
+        extra = compiled.get("extra", {})
+        ptx = extra.get("ptx") or compiled["binary"].decode()
+        out = {"llvm": lambda: compiled["llvm"], "ptx": lambda: ptx, "asm": lambda: ptx}
+        if "ptxas_log" in extra:
+            out["ptxas"] = lambda: extra["ptxas_log"]
+        return out
+
+
+def _internalize(mod: Any, keep: set[str]) -> None:
+    for f in mod.functions:
+        if not f.is_declaration and f.name not in keep:
+            f.linkage = "internal"
+    for g in mod.global_variables:
+        if not g.is_declaration:
+            g.linkage = "internal"
+
+
+def ptxas_compile(ptx: str, arch: str, ptxas: str | None = None) -> tuple[bytes, str]:
+    """Assemble PTX into a cubin for ``arch`` with ptxas; returns (cubin, ptxas's -v report)."""
+    ptxas = ptxas or find_ptxas()
+    if ptxas is None:
+        raise ToolchainError("ptxas was not found: install the CUDA toolkit (or the nvidia-cuda-nvcc wheel)")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "kernel.ptx")
+        out = os.path.join(tmp, "kernel.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        proc = subprocess.run([ptxas, f"-arch={arch}", "-O3", "-v", src, "-o", out], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CodegenError(f"ptxas rejected the PTX ember generated for {arch}:\n{proc.stderr.strip()}")
+        with open(out, "rb") as f:
+            return f.read(), proc.stderr
+
+
+def build_cuda(funcs: list[Any], tgt: Target, target_host: Target, use_cache: bool = True,
+               cache_dir: Any = None) -> Any:
+    """Build lowered functions for an NVIDIA GPU: the host module with the device module imported."""
+    return build_gpu(funcs, tgt, target_host, use_cache, cache_dir, NVPTXBackend())
+
+
+def math_library() -> str:
+    """Which math library CUDA kernels use now: libdevice's path, or ``"ember fallback"``."""
+    return find_libdevice() or "ember fallback"

@@ -1,0 +1,380 @@
+"""The CUDA runtime: NVIDIA GPUs through the driver API (``libcuda.so.1``) with ctypes.
+
+Each device is used through its primary context (the one the CUDA runtime, PyTorch and CuPy use
+too), so arrays pass between them without copies. Calls that fail raise
+:class:`~ember.errors.DeviceError` with the driver's error name; a machine without the driver
+gets one sentence saying so.
+
+Work is queued on the legacy default stream; :func:`synchronize` waits for it. The context of the
+device last used is kept current in the calling thread (ember's runtime is meant to be used
+from one thread at a time).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from typing import Any
+
+from ..errors import DeviceError
+from ..ir.dtype import DataType
+
+_lock = threading.Lock()
+_lib: Any = None
+_contexts: dict[int, ctypes.c_void_p] = {}
+_current = -1
+
+c_void_p, c_int, c_uint = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
+c_size_t, c_uint64 = ctypes.c_size_t, ctypes.c_uint64
+
+# CUdevice_attribute values (cuda.h)
+ATTRIBUTES = {
+    "max_threads_per_block": 1,
+    "max_shared_memory_per_block": 8,
+    "total_constant_memory": 9,
+    "warp_size": 10,
+    "max_registers_per_block": 12,
+    "clock_rate_khz": 13,
+    "multi_processor_count": 16,
+    "memory_clock_rate_khz": 36,
+    "global_memory_bus_width": 37,
+    "l2_cache_size": 38,
+    "max_threads_per_multiprocessor": 39,
+    "compute_capability_major": 75,
+    "compute_capability_minor": 76,
+    "max_shared_memory_per_multiprocessor": 81,
+    "max_shared_memory_per_block_optin": 97,
+}
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+def _load() -> Any:
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        lib = None
+        for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+            try:
+                lib = ctypes.CDLL(name)
+                break
+            except OSError:
+                continue
+        if lib is None:
+            raise DeviceError(
+                "the NVIDIA driver (libcuda.so.1) is not installed on this machine, so ember.cuda() has no "
+                "device: run on a machine with an NVIDIA GPU and its driver"
+            )
+        _declare(lib)
+        rc = lib.cuInit(0)
+        if rc != 0:
+            raise DeviceError(f"the NVIDIA driver is installed but cuInit failed ({_error_name(lib, rc)}): "
+                              "check that a GPU is visible (nvidia-smi) and the driver matches the kernel module")
+        _lib = lib
+        return lib
+
+
+def _declare(lib: Any) -> None:
+    P = ctypes.POINTER
+    sigs = {
+        "cuInit": [c_uint],
+        "cuDeviceGetCount": [P(c_int)],
+        "cuDeviceGet": [P(c_int), c_int],
+        "cuDeviceGetName": [ctypes.c_char_p, c_int, c_int],
+        "cuDeviceGetAttribute": [P(c_int), c_int, c_int],
+        "cuDeviceTotalMem_v2": [P(c_size_t), c_int],
+        "cuDevicePrimaryCtxRetain": [P(c_void_p), c_int],
+        "cuCtxSetCurrent": [c_void_p],
+        "cuCtxSynchronize": [],
+        "cuMemAlloc_v2": [P(c_uint64), c_size_t],
+        "cuMemFree_v2": [c_uint64],
+        "cuMemcpyHtoD_v2": [c_uint64, c_void_p, c_size_t],
+        "cuMemcpyDtoH_v2": [c_void_p, c_uint64, c_size_t],
+        "cuMemcpyDtoD_v2": [c_uint64, c_uint64, c_size_t],
+        "cuMemsetD8_v2": [c_uint64, ctypes.c_ubyte, c_size_t],
+        "cuModuleLoadData": [P(c_void_p), c_void_p],
+        "cuModuleGetFunction": [P(c_void_p), c_void_p, ctypes.c_char_p],
+        "cuModuleUnload": [c_void_p],
+        "cuFuncSetAttribute": [c_void_p, c_int, c_int],
+        "cuLaunchKernel": [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p, c_void_p,
+                           c_void_p],
+        "cuStreamCreate": [P(c_void_p), c_uint],
+        "cuStreamSynchronize": [c_void_p],
+        "cuStreamDestroy_v2": [c_void_p],
+        "cuEventCreate": [P(c_void_p), c_uint],
+        "cuEventRecord": [c_void_p, c_void_p],
+        "cuEventSynchronize": [c_void_p],
+        "cuEventElapsedTime": [P(ctypes.c_float), c_void_p, c_void_p],
+        "cuEventDestroy_v2": [c_void_p],
+        "cuGetErrorName": [c_int, P(ctypes.c_char_p)],
+        "cuGetErrorString": [c_int, P(ctypes.c_char_p)],
+    }
+    for name, args in sigs.items():
+        fn = getattr(lib, name)
+        fn.argtypes = args
+        fn.restype = c_int
+
+
+def _error_name(lib: Any, rc: int) -> str:
+    name = ctypes.c_char_p()
+    desc = ctypes.c_char_p()
+    try:
+        lib.cuGetErrorName(rc, ctypes.byref(name))
+        lib.cuGetErrorString(rc, ctypes.byref(desc))
+    except Exception:  # noqa: BLE001
+        return f"CUDA error {rc}"
+    n = name.value.decode() if name.value else f"CUDA error {rc}"
+    d = desc.value.decode() if desc.value else ""
+    return f"{n}: {d}" if d else n
+
+
+def check(rc: int, what: str) -> None:
+    """Raise DeviceError when a driver call returned an error."""
+    if rc != 0:
+        raise DeviceError(f"{what} failed: {_error_name(_lib, rc)}")
+
+
+def device_count() -> int:
+    """Number of NVIDIA GPUs the driver sees."""
+    lib = _load()
+    n = c_int()
+    check(lib.cuDeviceGetCount(ctypes.byref(n)), "cuDeviceGetCount")
+    return n.value
+
+
+def activate(index: int) -> Any:
+    """Make device ``index``'s primary context current in this thread; returns the library."""
+    global _current
+    lib = _lib if _lib is not None else _load()
+    if index == _current:
+        return lib
+    ctx = _contexts.get(index)
+    if ctx is None:
+        n = device_count()
+        if not 0 <= index < n:
+            raise DeviceError(f"cuda({index}) does not exist: this machine has {n} NVIDIA GPU(s)")
+        dev = c_int()
+        check(lib.cuDeviceGet(ctypes.byref(dev), index), "cuDeviceGet")
+        ctx = c_void_p()
+        check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev.value), "cuDevicePrimaryCtxRetain")
+        _contexts[index] = ctx
+    check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    _current = index
+    return lib
+
+
+def device_attribute(index: int, name: str) -> int:
+    """A device attribute by name (see :data:`ATTRIBUTES`)."""
+    lib = activate(index)
+    v = c_int()
+    check(lib.cuDeviceGetAttribute(ctypes.byref(v), ATTRIBUTES[name], index), f"cuDeviceGetAttribute({name})")
+    return v.value
+
+
+def device_attributes(index: int) -> dict[str, Any]:
+    """Every attribute of :data:`ATTRIBUTES`, the name, total memory and compute capability."""
+    out: dict[str, Any] = {k: device_attribute(index, k) for k in ATTRIBUTES}
+    lib = activate(index)
+    buf = ctypes.create_string_buffer(256)
+    check(lib.cuDeviceGetName(buf, 256, index), "cuDeviceGetName")
+    out["device_name"] = buf.value.decode()
+    mem = c_size_t()
+    check(lib.cuDeviceTotalMem_v2(ctypes.byref(mem), index), "cuDeviceTotalMem")
+    out["total_memory"] = mem.value
+    out["compute_version"] = f"{out['compute_capability_major']}.{out['compute_capability_minor']}"
+    out["arch"] = f"sm_{out['compute_capability_major']}{out['compute_capability_minor']}"
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def detected_arch() -> str | None:
+    """``sm_XY`` of GPU 0, or None without a driver or a GPU (never raises)."""
+    try:
+        if device_count() == 0:
+            return None
+        return f"sm_{device_attribute(0, 'compute_capability_major')}{device_attribute(0, 'compute_capability_minor')}"
+    except Exception:  # noqa: BLE001 - no driver, no device
+        return None
+
+
+# -- memory -----------------------------------------------------------------------------------------
+def mem_alloc(nbytes: int, index: int) -> int:
+    """Allocate device memory."""
+    lib = activate(index)
+    p = c_uint64()
+    rc = lib.cuMemAlloc_v2(ctypes.byref(p), nbytes)
+    if rc != 0:
+        raise DeviceError(f"allocating {nbytes} bytes on cuda({index}) failed: {_error_name(lib, rc)}")
+    return p.value
+
+
+def mem_free(ptr: int, index: int) -> None:
+    """Free device memory."""
+    lib = activate(index)
+    check(lib.cuMemFree_v2(ptr), "cuMemFree")
+
+
+def memcpy_htod(dst: int, src: int, nbytes: int, index: int) -> None:
+    """Host to device copy (synchronous)."""
+    check(activate(index).cuMemcpyHtoD_v2(dst, src, nbytes), "cuMemcpyHtoD")
+
+
+def memcpy_dtoh(dst: int, src: int, nbytes: int, index: int) -> None:
+    """Device to host copy (waits for queued work)."""
+    check(activate(index).cuMemcpyDtoH_v2(dst, src, nbytes), "cuMemcpyDtoH")
+
+
+def memcpy_dtod(dst: int, src: int, nbytes: int, index: int) -> None:
+    """Device to device copy."""
+    check(activate(index).cuMemcpyDtoD_v2(dst, src, nbytes), "cuMemcpyDtoD")
+
+
+def memset(ptr: int, byte: int, nbytes: int, index: int) -> None:
+    """Fill device memory with a byte value."""
+    check(activate(index).cuMemsetD8_v2(ptr, byte, nbytes), "cuMemsetD8")
+
+
+def synchronize(index: int = 0) -> None:
+    """Wait for all work queued on device ``index``."""
+    check(activate(index).cuCtxSynchronize(), "cuCtxSynchronize (a kernel failed, or the device was lost)")
+
+
+# -- arrays -----------------------------------------------------------------------------------------
+def empty(shape: tuple[int, ...], dt: DataType, dev: Any) -> Any:
+    """An uninitialised array on ``dev``."""
+    from . import gpu
+
+    return gpu.empty(shape, dt, dev)
+
+
+def array(src: Any, dt: DataType, dev: Any) -> Any:
+    """A device copy of host data."""
+    from . import gpu
+
+    return gpu.array(src, dt, dev)
+
+
+def from_dlpack(obj: Any) -> Any:
+    """An array sharing memory with a CUDA DLPack producer (a torch.cuda tensor, a CuPy array)."""
+    from . import gpu
+
+    return gpu.from_dlpack(obj, "cuda")
+
+
+# -- streams and events -----------------------------------------------------------------------------
+class Stream:
+    """A CUDA stream."""
+
+    def __init__(self, index: int = 0):
+        self.index = index
+        self.handle = c_void_p()
+        check(activate(index).cuStreamCreate(ctypes.byref(self.handle), 0), "cuStreamCreate")
+
+    def synchronize(self) -> None:
+        """Wait for the work queued on this stream."""
+        check(activate(self.index).cuStreamSynchronize(self.handle), "cuStreamSynchronize")
+
+    def __del__(self) -> None:
+        try:
+            if self.handle:
+                activate(self.index).cuStreamDestroy_v2(self.handle)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class Event:
+    """A CUDA event (for timing)."""
+
+    def __init__(self, index: int = 0):
+        self.index = index
+        self.handle = c_void_p()
+        check(activate(index).cuEventCreate(ctypes.byref(self.handle), 0), "cuEventCreate")
+
+    def record(self, stream: Stream | None = None) -> None:
+        """Record the event on ``stream`` (the default stream when None)."""
+        check(activate(self.index).cuEventRecord(self.handle, stream.handle if stream else None), "cuEventRecord")
+
+    def synchronize(self) -> None:
+        """Wait until the event has happened."""
+        check(activate(self.index).cuEventSynchronize(self.handle), "cuEventSynchronize")
+
+    def elapsed_ms(self, end: Event) -> float:
+        """Milliseconds from this event to ``end``."""
+        ms = ctypes.c_float()
+        check(activate(self.index).cuEventElapsedTime(ctypes.byref(ms), self.handle, end.handle), "cuEventElapsedTime")
+        return ms.value
+
+    def __del__(self) -> None:
+        try:
+            if self.handle:
+                activate(self.index).cuEventDestroy_v2(self.handle)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def time_calls(fn: Any, number: int, index: int = 0) -> float:
+    """Seconds that ``number`` calls of ``fn`` take on the device (events around them)."""
+    start, end = Event(index), Event(index)
+    start.record()
+    for _ in range(number):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_ms(end) / 1000.0
+
+
+# -- modules and launches ---------------------------------------------------------------------------
+def load_module(image: bytes, index: int) -> Any:
+    """Load a cubin or PTX image on device ``index``; returns the module handle."""
+    lib = activate(index)
+    data = image if image.startswith(b"\x7fELF") or image.endswith(b"\0") else image + b"\0"
+    buf = ctypes.create_string_buffer(data, len(data))
+    mod = c_void_p()
+    rc = lib.cuModuleLoadData(ctypes.byref(mod), buf)
+    if rc != 0:
+        raise DeviceError(f"loading the kernel image on cuda({index}) failed: {_error_name(lib, rc)} "
+                          "(the GPU may be older than the -arch the code was built for)")
+    return mod
+
+
+def get_function(module: Any, name: str) -> Any:
+    """The kernel ``name`` of a loaded module."""
+    f = c_void_p()
+    check(_lib.cuModuleGetFunction(ctypes.byref(f), module, name.encode()), f"cuModuleGetFunction({name})")
+    return f
+
+
+class Launcher:
+    """Launches one kernel: argument storage prepared once, filled per call.
+
+    ``dynamic_shared`` is the bytes of dynamic shared memory the kernel uses (kernels over 48 KiB
+    of shared memory keep all of it there; the limit is raised once here)."""
+
+    def __init__(self, func: Any, param_types: list[str], dynamic_shared: int, block: list[int], index: int):
+        self.func = func
+        self.index = index
+        self.block = tuple(block)
+        self.shared = int(dynamic_shared)
+        ctypes_of = {"ptr": c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64, "u32": ctypes.c_uint32,
+                     "u64": ctypes.c_uint64, "f32": ctypes.c_float, "f64": ctypes.c_double,
+                     "i16": ctypes.c_int16, "u16": ctypes.c_uint16, "i8": ctypes.c_int8, "u8": ctypes.c_uint8}
+        self.slots = [ctypes_of[t]() for t in param_types]
+        self.params = (c_void_p * max(1, len(self.slots)))(*[ctypes.addressof(s) for s in self.slots])
+        self._lib = activate(index)
+        self._launch = self._lib.cuLaunchKernel
+        if self.shared > 48 * 1024:
+            check(self._lib.cuFuncSetAttribute(func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared),
+                  "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+
+    def __call__(self, grid: tuple[int, int, int], values: list[int]) -> None:
+        if _current != self.index:
+            activate(self.index)
+        for slot, v in zip(self.slots, values):
+            slot.value = v
+        b = self.block
+        rc = self._launch(self.func, grid[0], grid[1], grid[2], b[0], b[1], b[2], self.shared, None, self.params, None)
+        if rc != 0:
+            raise DeviceError(f"launching a kernel with grid {grid} and block {b} failed: {_error_name(self._lib, rc)}")
