@@ -19,7 +19,15 @@ def _truncdiv(a: int, b: int) -> int:
 
 
 def evaluate(e: E.PrimExpr, env: dict[E.Var, int]) -> int:
-    """Python semantics of the integer IR (C truncation for Div/Mod, floor for FloorDiv/FloorMod)."""
+    """Python semantics of the integer IR (C truncation for Div/Mod, floor for FloorDiv/FloorMod);
+    unsigned results wrap around modulo 2**bits as they do in the generated code."""
+    v = _evaluate(e, env)
+    if e.dtype.kind == "uint":
+        v %= 2**e.dtype.bits
+    return v
+
+
+def _evaluate(e: E.PrimExpr, env: dict[E.Var, int]) -> int:
     if isinstance(e, E.IntImm):
         return e.value
     if isinstance(e, E.Var):
@@ -229,3 +237,38 @@ def test_ceildiv(a, b):
     n = te.var("n")
     e = ceildiv(n, b)
     assert evaluate(e, {n: a}) == -(-a // b)
+
+
+U, V = te.var("u", "uint32"), te.var("v", "uint32")
+
+
+def uint_exprs():
+    leaves = st.one_of(st.sampled_from((U, V)), st.integers(0, 20).map(lambda c: te.const(c, "uint32")))
+
+    def extend(children):
+        return st.one_of(
+            st.tuples(children, children).map(lambda t: t[0] + t[1]),
+            st.tuples(children, children).map(lambda t: t[0] - t[1]),
+            st.tuples(children, st.integers(0, 5)).map(lambda t: t[0] * t[1]),
+            st.tuples(children, st.integers(1, 9)).map(lambda t: t[0] // t[1]),
+            st.tuples(children, st.integers(1, 9)).map(lambda t: t[0] % t[1]),
+            st.tuples(children, children).map(lambda t: E.min_expr(t[0], t[1])),
+            st.tuples(children, children).map(lambda t: E.max_expr(t[0], t[1])),
+            st.tuples(children, children, children, children).map(
+                lambda t: E.select(t[0] < t[1], t[2], t[3])),
+        )
+
+    return st.recursive(leaves, extend, max_leaves=10)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(uint_exprs(), st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12)), min_size=4, max_size=8))
+def test_simplify_unsigned_wraparound(e, pts):
+    """Regression: ``u - 1 < 5`` on uint32 was rewritten to ``u < 6``, wrong at u = 0 where
+    u - 1 wraps to 2**32 - 1."""
+    s = simplify(e, {U: (0, 12), V: (0, 12)})
+    for u, v in pts:
+        env = {U: u, V: v}
+        assert evaluate(s, env) == evaluate(e, env), f"{e}  ->  {s} at {env}"
+    c = U - 1 < 5
+    assert evaluate(simplify(c), {U: 0}) == 0

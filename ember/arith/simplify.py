@@ -75,6 +75,11 @@ class _Simplifier(Mutator):
     def _int_scalar(self, e: E.PrimExpr) -> bool:
         return e.dtype.is_int and e.dtype.lanes == 1
 
+    def _signed_scalar(self, e: E.PrimExpr) -> bool:
+        # Rewrites that reason about order (comparisons, min/max, division) assume arithmetic does
+        # not wrap; unsigned values wrap at 0 (u - 1), so they are left to constant folding.
+        return e.dtype.kind == "int" and e.dtype.lanes == 1
+
     def visit_Add(self, e: E.Add) -> E.PrimExpr:
         return self._arith(e)
 
@@ -123,7 +128,7 @@ class _Simplifier(Mutator):
         a, b = self.visit(e.a), self.visit(e.b)
         if isinstance(a, E.IntImm) and isinstance(b, E.IntImm) and b.value != 0:
             return E.IntImm(e.dtype, a.value // b.value)
-        if self._int_scalar(e) and isinstance(b, E.IntImm) and b.value > 0:
+        if self._signed_scalar(e) and isinstance(b, E.IntImm) and b.value > 0:
             c = b.value
             if c == 1:
                 return a
@@ -157,7 +162,7 @@ class _Simplifier(Mutator):
         a, b = self.visit(e.a), self.visit(e.b)
         if isinstance(a, E.IntImm) and isinstance(b, E.IntImm) and b.value != 0:
             return E.IntImm(e.dtype, a.value % b.value)
-        if self._int_scalar(e) and isinstance(b, E.IntImm) and b.value > 0:
+        if self._signed_scalar(e) and isinstance(b, E.IntImm) and b.value > 0:
             c = b.value
             if c == 1:
                 return E.IntImm(e.dtype, 0)
@@ -218,7 +223,7 @@ class _Simplifier(Mutator):
             return type(a)(e.dtype, v)
         if structural_equal(a, b):
             return a
-        if self._int_scalar(e):
+        if self._signed_scalar(e):
             diff = self.rebuild(self.linear(E.Sub(a, b, e.dtype)))
             lo, hi = self.bound(diff)
             if hi is not None and hi <= 0:
@@ -234,7 +239,7 @@ class _Simplifier(Mutator):
         a, b = self.visit(e.a), self.visit(e.b)
         if isinstance(a, (E.IntImm, E.FloatImm)) and isinstance(b, (E.IntImm, E.FloatImm)):
             return E.IntImm(e.dtype, int(_FOLD_CMP[type(e)](a.value, b.value)))
-        if a.dtype.is_int and a.dtype.lanes == 1:
+        if self._signed_scalar(a):
             diff = self.rebuild(self.linear(E.Sub(a, b, a.dtype)))
             lo, hi = self.bound(diff)
             verdict: bool | None = None
