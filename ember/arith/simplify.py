@@ -19,7 +19,7 @@ from typing import Any
 from ..ir import expr as E
 from ..ir.visitor import Mutator
 from .bound import Bound, const_bound
-from .linear import Linear, structural_equal
+from .linear import Linear, structural_equal, structural_key
 
 _FOLD_INT = {
     E.Add: lambda a, b: a + b,
@@ -68,6 +68,19 @@ class _Simplifier(Mutator):
                 return self.linear(e.b).scale(e.a.value)
         return Linear.atom(e)
 
+    def _merge_divmod(self, lin: Linear) -> Linear:
+        """``(x // c) * c * k + (x % c) * k`` becomes ``x * k`` (floor division, c > 0)."""
+        for key, (atom, coef) in list(lin.terms.items()):
+            if key not in lin.terms or not (isinstance(atom, E.FloorMod) and isinstance(atom.b, E.IntImm)):
+                continue
+            c = atom.b.value
+            dkey = structural_key(E.FloorDiv(atom.a, atom.b, atom.dtype))
+            d = lin.terms.get(dkey)
+            if c > 0 and d is not None and d[1] == coef * c:
+                rest = Linear(lin.dtype, {k: v for k, v in lin.terms.items() if k not in (key, dkey)}, lin.const)
+                lin = rest.add(self.linear(atom.a).scale(coef))
+        return lin
+
     def rebuild(self, lin: Linear) -> E.PrimExpr:
         return lin.to_expr()
 
@@ -104,7 +117,7 @@ class _Simplifier(Mutator):
                     return E.IntImm(e.dtype, 0)
                 return type(e)(a, b, e.dtype) if (a is not e.a or b is not e.b) else e
             node = type(e)(a, b, e.dtype)
-            lin = self.linear(node)
+            lin = self._merge_divmod(self.linear(node))
             if _wrap(lin.const, e.dtype) is None or any(_wrap(c, e.dtype) is None for _, c in lin.terms.values()):
                 return node  # a coefficient out of the type's range: folding would change overflow
             return self.rebuild(lin)
