@@ -16,6 +16,7 @@ from ..errors import CodegenError
 from ..ir import expr as E
 from ..ir.buffer import Buffer
 from ..ir.stmt import PrimFunc
+from ..ir.verify import verify
 from ..lower.gpu import HostPlan, split_host_device
 from ..target import Target
 from .llvm import signature_vars
@@ -106,6 +107,7 @@ def build_gpu(funcs: list[PrimFunc], tgt: Target, host: Target, use_cache: bool,
         cg = backend.codegen(tgt)
         for p in plans:
             for k in p.kernels:
+                verify(k.func)  # ill-typed loop IR raises CodegenError before LLVM sees it
                 cg.add_kernel(k)
         compiled = backend.compile(cg)
         plans_js = [plan_json(p, cg.vector_params, cg.dynamic_shared) for p in plans]
