@@ -29,8 +29,9 @@ from .. import te
 from ..errors import ArgumentError, EmberError
 from ..ops.registry import NeedValue
 from ..ops.schedule import schedule_group
+from ..ops.util import shape as te_shape
 from ..ops.util import uname
-from .ir import Graph
+from .ir import Graph, TensorInfo
 from .passes import Group, build_node, dead_code_elimination, fuse, infer_and_fold, simplify
 
 FORMAT = "ember-model/1"
@@ -112,15 +113,37 @@ def lower_groups(
                 o = te.compute(o.shape, lambda *i, o=o: o[i], name=uname("copy"))
             seen.add(id(o.op))
             fixed.append(o)
-        s = schedule_group(fixed, set())
+        fname = f"k{k}_{''.join(c if c.isalnum() else '_' for c in gr.name)}"
+        # Large intermediate buffers (packed operands, GEMM results) become workspace arguments,
+        # so the memory plan provides them instead of a malloc on every call.
+        work = _workspaces(fixed)
+        work_names = [f"{fname}__ws{j}" for j in range(len(work))]
+        for wn, wt in zip(work_names, work):
+            graph.values[wn] = TensorInfo(te_shape(wt), str(wt.dtype))
+        s = schedule_group(fixed + work, set())
         used = {id(st.op) for st in s.stages}
         ins = [(name, t) for name, t in zip(gr.inputs, params) if id(t.op) in used]
-        fname = f"k{k}_{''.join(c if c.isalnum() else '_' for c in gr.name)}"
-        funcs.append(lower(s, [t for _, t in ins] + fixed, fname))
-        steps.append(
-            {"kind": "kernel", "func": fname, "args": [n for n, _ in ins] + list(gr.outputs), "nout": len(gr.outputs)}
-        )
+        funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname))
+        outs_all = list(gr.outputs) + work_names
+        steps.append({"kind": "kernel", "func": fname, "args": [n for n, _ in ins] + outs_all, "nout": len(outs_all)})
     return funcs, steps
+
+
+def _workspaces(outs: list[te.Tensor]) -> list[te.Tensor]:
+    """Root intermediate stages of a kernel that the CPU schedules keep in memory."""
+    found: list[te.Tensor] = []
+    seen: set[int] = {id(o.op) for o in outs}
+    stack = [o.op for o in outs]
+    while stack:
+        op = stack.pop()
+        for t in op.input_tensors:
+            if id(t.op) in seen:
+                continue
+            seen.add(id(t.op))
+            stack.append(t.op)
+            if getattr(t.op, "tag", "") in ("keep", "conv_packed") and t.op.num_outputs == 1:
+                found.append(t.op.output(0))
+    return found
 
 
 def plan_memory(graph: Graph, steps: list[dict[str, Any]]) -> tuple[dict[str, int], list[int]]:
@@ -242,7 +265,17 @@ class CompiledModel:
             env[spec["name"]] = self._prepare(spec["name"], given[spec["name"]], spec)
         return self._run(env)
 
-    def _run(self, env: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def profile(self, *args: Any, repeat: int = 3) -> list[tuple[str, float]]:
+        """Seconds each kernel takes (best of ``repeat`` runs), in execution order."""
+        env: dict[str, np.ndarray] = dict(self.consts)
+        for spec, a in zip(self.plan["inputs"], args):
+            env[spec["name"]] = self._prepare(spec["name"], a, spec)
+        times: dict[str, float] = {}
+        for _ in range(repeat):
+            self._run(dict(env), times)
+        return list(times.items())
+
+    def _run(self, env: dict[str, np.ndarray], times: dict[str, float] | None = None) -> list[np.ndarray]:
         env.update(self._views)
         values = self.plan["values"]
         for st in self.plan["steps"]:
@@ -258,7 +291,11 @@ class CompiledModel:
                     env[a] = arr
                 ptrs.append(arr.ctypes.data)
             fn = self._funcs[st["func"]]
+            t0 = time.perf_counter() if times is not None else 0.0
             rc = fn._invoke(ptrs, [])
+            if times is not None:
+                dt = time.perf_counter() - t0
+                times[st["func"]] = min(times.get(st["func"], dt), dt)
             if rc != 0:
                 raise EmberError(f"kernel {st['func']} failed at run time (code {rc})")
         outs = []

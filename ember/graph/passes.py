@@ -267,8 +267,8 @@ def fuse(graph: Graph, enabled: bool = True) -> list[Group]:
     for node in nodes:
         target = None
         if enabled and pattern(node) == "injective":
-            # epilogue: join the group of the producer of the first non-constant input when this is
-            # its only reader
+            # epilogue: join the group of the producer of an input when this node is its only
+            # reader (the first such input whose group can take it)
             for i in node.inputs:
                 p = prod.get(i)
                 if p is None:
@@ -277,7 +277,7 @@ def fuse(graph: Graph, enabled: bool = True) -> list[Group]:
                     gi = group_of[id(p)]
                     if all(pattern(n) != "opaque" for n in groups[gi]) and can_join(node, gi):
                         target = gi
-                break
+                        break
         elif enabled and pattern(node) in ("reduce",):
             # inline injective producers that only this node reads
             cands = set()

@@ -1,10 +1,68 @@
-"""Fast CPU schedules for convolutions and matrix products (filled in by later work)."""
+"""Fast CPU schedules for convolutions and matrix products.
+
+A packed convolution (``tag == "conv_packed"``, built by :func:`ember.ops.nn.conv_tensor`) is a
+GEMM ``[M, N] = W[M, K] @ im2col[K, N]`` whose right operand is already packed into ``nr``-wide
+panels. It gets the schedule of :func:`ember.demo.gemm_schedule`: an ``mr x nr`` register tile
+accumulated in a local cache, the reduction in the innermost-but-two loop, the tile rows
+unrolled and the panel width vectorized, parallel over row blocks; the packing stage is
+parallel over panels and vectorized across the panel width.
+"""
 
 from __future__ import annotations
 
 from .. import te
+from ..ir import expr as E
+from ..target import Target
+
+
+def _ext(iv: te.IterVar) -> int:
+    v = E.const_int_value(iv.dom.extent)  # type: ignore[union-attr]
+    return int(v) if v is not None else 1
 
 
 def schedule_fast(s: te.Schedule, stage: te.Stage) -> bool:
     """Give ``stage`` a specialised schedule when one applies; returns True when it did."""
+    op = stage.op
+    tag = getattr(op, "tag", "")
+    if tag == "conv_packed":
+        _schedule_conv_packed(s, stage)
+        return True
+    if getattr(op, "name", "").startswith("conv_pack") and tag == "keep":
+        b, no, c, r, q, ni = op.axis
+        s[op].vectorize(ni)
+        fused = s[op].fuse(b, no)
+        s[op].parallel(fused)
+        return True
     return False
+
+
+def _schedule_conv_packed(s: te.Schedule, stage: te.Stage) -> None:
+    op = stage.op
+    nr = int(op.attrs["nr"])
+    lanes = Target("llvm").vector_lanes(32)
+    M = _ext(op.axis[1])
+    cands = (8, 6, 4, 5, 3, 2) if lanes >= 16 else (4, 6, 3, 2)
+    mr = next((c for c in cands if M % c == 0), cands[0])
+    t = op.output(0)
+    cc = s.cache_write(t, "local")
+    st = s[t]
+    b, m, n = st.op.axis
+    mo, no, mi, ni = st.tile(m, n, mr, nr)
+    # Panels outermost: one packed panel stays in cache while every row block of W runs over it.
+    st.reorder(b, no, mo, mi, ni)
+    st.vectorize(ni)
+    s[cc].compute_at(st, mo)
+    cb, cm, cn = s[cc].op.axis
+    rc, rr, rs = s[cc].op.reduce_axis
+    taps = max(1, _ext(rr) * _ext(rs))
+    C = _ext(rc)
+    if C * taps <= 512:
+        s[cc].reorder(rc, rr, rs, cm, cn)
+    else:
+        kc = max(d for d in range(1, C + 1) if C % d == 0 and d * taps <= 256) if taps <= 256 else 1
+        ko, ki = s[cc].split(rc, factor=kc)
+        s[cc].reorder(ko, ki, rr, rs, cm, cn)
+    s[cc].unroll(cm)
+    s[cc].vectorize(cn)
+    fused = st.fuse(b, no)
+    st.parallel(fused)

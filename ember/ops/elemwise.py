@@ -353,8 +353,8 @@ register("Selu")(
     _act(
         "selu",
         lambda c: (
-            lambda v, a=float(c.attr("alpha", _SELU_A)), g=float(c.attr("gamma", _SELU_G)): (
-                te.if_then_else(v <= _f(v, 0.0), _f(v, g) * (_f(v, a) * te.exp(v) - _f(v, a)), _f(v, g) * v)
+            lambda v, a=float(c.attr("alpha", _SELU_A)), g=float(c.attr("gamma", _SELU_G)): te.if_then_else(
+                v <= _f(v, 0.0), _f(v, g) * (_f(v, a) * te.exp(v) - _f(v, a)), _f(v, g) * v
             )
         ),
     )

@@ -136,6 +136,8 @@ def conv_tensor(
     if Cg * groups != C:
         raise ValueError(f"conv: input has {C} channels but weights expect {Cg} x {groups} groups")
     out_sp = tuple((sx[2 + d] + lo[d] + hi[d] - ((ksp[d] - 1) * dil[d] + 1)) // strides[d] + 1 for d in range(nsp))
+    if nsp == 2 and groups == 1 and dtype_of(x) == "float32" and dtype_of(w) == "float32":
+        return _conv2d_packed(x, w, bias, strides, dil, lo, out_sp)
     xp = pad_tensor(x, [0, 0] + lo, [0, 0] + hi) if any(lo) or any(hi) else x
     rc = te.reduce_axis((0, Cg), name="rc")
     rk = [te.reduce_axis((0, ksp[d]), name=f"rk{d}") for d in range(nsp)]
@@ -151,6 +153,59 @@ def conv_tensor(
     if bias is None:
         return out
     return compute(shape(out), lambda n, m, *o: out[(n, m) + o] + bias[m], name=uname("conv_bias"))
+
+
+def _conv2d_packed(
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None,
+    strides: list[int],
+    dil: list[int],
+    lo: list[int],
+    out_sp: tuple[int, ...],
+) -> Tensor:
+    """2-D convolution as a GEMM over an im2col matrix packed into ``nr``-wide column panels
+    (``[batch, N / nr, C, kh, kw, nr]``, padding written as zeros), so the CPU schedule
+    (:mod:`ember.ops.cpu_fast`) can run the register-tiled kernel of :func:`ember.demo.gemm_schedule`
+    on it. The result is computed as ``[batch, M, OH*OW]`` and viewed as NCHW."""
+    from ..target import Target
+
+    B, C, H, W = shape(x)
+    M, _, KH, KW = shape(w)
+    OH, OW = out_sp
+    N = OH * OW
+    nr = 2 * Target("llvm").vector_lanes(32)
+    npanel = -(-N // nr)
+    dt = dtype_of(x)
+
+    def pack(b: Any, no: Any, c: Any, r: Any, q: Any, ni: Any) -> Any:
+        n = no * nr + ni
+        oh, ow = E.floordiv(n, OW), E.floormod(n, OW)
+        ih = oh * strides[0] + r * dil[0] - lo[0]
+        iw = ow * strides[1] + q * dil[1] - lo[1]
+        ok = (n < N) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        return te.if_then_else(ok, x[b, c, ih, iw], const_like(0, dt))
+
+    bp = compute((B, npanel, C, KH, KW, nr), pack, name=uname("conv_pack"), tag="keep")
+    rc = te.reduce_axis((0, C), name="rc")
+    rr = te.reduce_axis((0, KH), name="rr")
+    rs = te.reduce_axis((0, KW), name="rs")
+    cv = compute(
+        (B, M, N),
+        lambda b, m, n: te.sum(
+            w[m, rc.var, rr.var, rs.var] * bp[b, E.floordiv(n, nr), rc.var, rr.var, rs.var, E.floormod(n, nr)],
+            axis=[rc, rr, rs],
+        ),
+        name=uname("conv_gemm"),
+        tag="conv_packed",
+        attrs={"nr": nr, "K": C * KH * KW},
+    )
+
+    def view(b: Any, m: Any, oh: Any, ow: Any) -> Any:
+        v = cv[b, m, oh * OW + ow]
+        return v + bias[m] if bias is not None else v
+
+    return compute((B, M, OH, OW), view, name=uname("conv"))
 
 
 @register("Conv", pattern="heavy")

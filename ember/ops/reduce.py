@@ -266,9 +266,10 @@ def hardmax(ctx: OpContext, x: Tensor) -> Tensor:
     )
 
 
-@register("CumSum", pattern="reduce")
+@register("CumSum", "CumProd", pattern="reduce")
 def cumsum(ctx: OpContext, x: Tensor, axis: Tensor) -> Tensor:
-    """ONNX CumSum with ``exclusive`` and ``reverse``."""
+    """ONNX CumSum and CumProd with ``exclusive`` and ``reverse``."""
+    red = te.prod if ctx.op == "CumProd" else te.sum
     s = shape(x)
     a = norm_axis(int(ctx.value(1).reshape(-1)[0]), len(s))
     excl, rev = int(ctx.attr("exclusive", 0)), int(ctx.attr("reverse", 0))
@@ -281,7 +282,7 @@ def cumsum(ctx: OpContext, x: Tensor, axis: Tensor) -> Tensor:
             cond = (k.var > i[a]) if excl else (k.var >= i[a])
         else:
             cond = (k.var < i[a]) if excl else (k.var <= i[a])
-        return te.sum(x[tuple(idx)], axis=k, where=cond)
+        return red(x[tuple(idx)], axis=k, where=cond)
 
     return compute(s, body, name=uname("cumsum"))
 

@@ -36,13 +36,13 @@ def schedule_root(stage: te.Stage, parallel: bool = True) -> None:
     work = total * max(1, int(np.prod([_extent(r) for r in op.reduce_axis])) if op.reduce_axis else 1)
     if not parallel or work < PARALLEL_MIN_WORK or total < 2:
         return
-    # Parallel over the outer axes; keep the innermost for the vectorizer when it is long enough.
-    if len(axes) > 1 and _extent(axes[-1]) >= 64 and not op.reduce_axis:
-        outer = stage.fuse(*axes[:-1]) if len(axes) > 2 else axes[0]
-        if total // _extent(axes[-1]) >= 2:
-            stage.parallel(outer)
-            return
-    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    # Parallel over the shortest prefix of axes that gives enough chunks; the remaining inner
+    # loops stay nested (contiguous, for LLVM's vectorizer).
+    prefix, chunks = 0, 1
+    while prefix < len(axes) and chunks < 64:
+        chunks *= _extent(axes[prefix])
+        prefix += 1
+    fused = stage.fuse(*axes[:prefix]) if prefix > 1 else axes[0]
     stage.parallel(fused)
 
 
@@ -68,5 +68,13 @@ def schedule_group(outs: Sequence[Tensor], keep: set[str], parallel: bool = True
         if parallel and schedule_fast(s, stage):
             continue
         if stage.attach == "root":
+            if isinstance(op, ComputeOp) and op.is_reduction and op.axis:
+                # Accumulate in a local (a register) and store each result once.
+                outs_r = [op.output(k) for k in range(op.num_outputs)]
+                cache = s.cache_write(outs_r if len(outs_r) > 1 else outs_r[0], "local")
+                first = cache[0] if isinstance(cache, list) else cache
+                schedule_root(stage, parallel)
+                s[first].compute_at(stage, stage.leaf_iter_vars[-1])
+                continue
             schedule_root(stage, parallel)
     return s
