@@ -119,4 +119,4 @@ def _load_all() -> None:
     global _LOADED
     if not _LOADED:
         _LOADED = True
-        from . import elemwise, loss, nn, reduce, rnn, transform  # noqa: F401
+        from . import attention, elemwise, loss, nn, reduce, rnn, transform  # noqa: F401

@@ -299,8 +299,12 @@ def pad(ctx: OpContext, x: Tensor, *rest: Any) -> Tensor:
         axes = list(range(n))
     else:
         pads = ints(ctx.value(1))
-        cv = ctx.value(2) if ctx.has(2) else None
-        cval = cv.reshape(-1)[0].item() if cv is not None and cv.size else 0
+        if ctx.has(2) and ctx.inputs[2] not in ctx.consts:
+            t = rest[1]  # a constant value computed at run time: read it in the kernel
+            cval = t[(0,) * len(t.shape)]
+        else:
+            cv = ctx.value(2) if ctx.has(2) else None
+            cval = cv.reshape(-1)[0].item() if cv is not None and cv.size else 0
         axes = [norm_axis(a, n) for a in ints(ctx.value(3))] if ctx.has(3) else list(range(n))
     lo, hi = [0] * n, [0] * n
     for k, a in enumerate(axes):
@@ -337,7 +341,7 @@ def pad_tensor(x: Tensor, lo: list[int], hi: list[int], mode: str = "constant", 
             idx.append(j)
         v = x[tuple(idx)]
         if inside is not None:
-            v = te.if_then_else(inside, v, const_like(cval, dt))
+            v = te.if_then_else(inside, v, cval if isinstance(cval, E.PrimExpr) else const_like(cval, dt))
         return v
 
     return compute(out, body, name=uname("pad"))
