@@ -2,7 +2,7 @@
 # Runs every GPU test and every GPU benchmark of ember in one go on a machine with an NVIDIA GPU.
 # Needs no network: python3 with numpy, llvmlite, pytest (and torch/triton for the benchmarks).
 # Results go to $OUT (default: ./gpu_check_out): gpu_tests.log, gpu_tests.xml, gpu_bench.json,
-# gpu_bench.md, gpu_bench.log, env.txt. Exit status: non-zero when a test failed.
+# gpu_bench.md, gpu_bench.log, launch_overhead.json, env.txt. Exit status: non-zero when a test failed.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_check_out}
@@ -22,6 +22,8 @@ tail -n 25 "$OUT/gpu_tests.log"
 $PY benchmarks/gpu_bench.py --out "$OUT" ${BENCH_ARGS:-} > "$OUT/gpu_bench.log" 2>&1
 bench_rc=$?
 tail -n 12 "$OUT/gpu_bench.log"
+$PY benchmarks/launch_overhead.py --out "$OUT" > "$OUT/launch_overhead.log" 2>&1 || bench_rc=1
+cat "$OUT/launch_overhead.log"
 rm -rf "$OUT/.cache"
 echo "gpu_check: tests rc=$tests_rc, benchmarks rc=$bench_rc; results in $OUT"
 [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]
