@@ -29,8 +29,8 @@ from .. import te
 from ..errors import ArgumentError, EmberError
 from ..ops.registry import NeedValue
 from ..ops.schedule import schedule_group
+from ..ops.util import reset_names, uname
 from ..ops.util import shape as te_shape
-from ..ops.util import uname
 from .ir import Graph, TensorInfo
 from .passes import Group, build_node, dead_code_elimination, fuse, infer_and_fold, simplify
 
@@ -92,6 +92,7 @@ def lower_groups(
             continue
         if progress:
             progress(f"kernel {k + 1}/{len(groups)}: {gr.name}")
+        reset_names()
         tensors: dict[str, te.Tensor] = {}
         params = []
         for i in gr.inputs:

@@ -116,12 +116,18 @@ def fold_node(
     """Compute a node with constant inputs by compiling and running its kernel."""
     from .. import build
     from ..ops.schedule import schedule_group
+    from ..ops.util import reset_names
 
+    # Rebuild the node on fresh placeholders with fresh names: the kernel text (the cache key)
+    # is then the same in every compile.
+    reset_names()
+    fresh = {i: te.placeholder(te_shape(tensors[i]), str(tensors[i].dtype), name=uname("c")) for i in node.inputs if i}
+    outs = build_node(node, fresh, consts)
     live = [o for o, name in zip(outs, node.outputs) if name]
     s = schedule_group(live, set(), parallel=False)
     used = {id(st.op) for st in s.stages}
-    ins = [i for i in dict.fromkeys(node.inputs) if i and id(tensors[i].op) in used]
-    in_t = [tensors[i] for i in ins]
+    ins = [i for i in dict.fromkeys(node.inputs) if i and id(fresh[i].op) in used]
+    in_t = [fresh[i] for i in ins]
     mod = build(s, in_t + live, target="llvm", name="fold")
     arrays = [np.require(consts[i], requirements="C") for i in ins]
     results = [np.empty(te_shape(t), dtype=str(t.dtype)) for t in live]

@@ -16,6 +16,12 @@ from ..te import Tensor
 _counter = itertools.count()
 
 
+def reset_names() -> None:
+    """Restart stage numbering, so the same kernel built twice prints (and caches) the same."""
+    global _counter
+    _counter = itertools.count()
+
+
 def uname(base: str) -> str:
     """A fresh stage name (valid identifier) starting with ``base``."""
     clean = "".join(c if c.isalnum() else "_" for c in base) or "t"

@@ -179,3 +179,48 @@ def export(name: str, directory: str | os.PathLike[str]) -> Path:
     )
     os.replace(tmp, path)
     return path
+
+
+def export_bert(directory: str | os.PathLike[str], seq: int = 32) -> Path:
+    """A small BERT (2 layers, hidden 128, random weights) from a ``transformers`` config, exported
+    with inputs ``input_ids`` and ``attention_mask`` of shape (1, seq)."""
+    torch = _torch()
+    from transformers import BertConfig, BertModel
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    path = Path(directory) / f"bert_small_{seq}.onnx"
+    if path.exists():
+        return path
+    cfg = BertConfig(
+        vocab_size=1000,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    bert = BertModel(cfg).eval()
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids: Any, mask: Any) -> Any:
+            out = self.bert(input_ids=ids, attention_mask=mask)
+            return out.last_hidden_state, out.pooler_output
+
+    ids = torch.zeros(1, seq, dtype=torch.long)
+    tmp = path.with_suffix(".tmp")
+    torch.onnx.export(
+        Wrapper(),
+        (ids, torch.ones_like(ids)),
+        str(tmp),
+        input_names=["input_ids", "attention_mask"],
+        output_names=["last_hidden_state", "pooler_output"],
+        opset_version=17,
+        dynamo=False,
+    )
+    os.replace(tmp, path)
+    return path

