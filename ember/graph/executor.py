@@ -199,7 +199,7 @@ class CompiledModel:
     def __init__(self, plan: dict[str, Any], module: Any, consts: dict[str, np.ndarray]):
         self.plan = plan
         self.module = module
-        self.consts = consts
+        self.consts = {k: np.require(v, requirements="C") for k, v in consts.items()}
         self.input_names = [i["name"] for i in plan["inputs"]]
         self.output_names = [o["name"] for o in plan["outputs"]]
         self._storages = [np.empty(max(n, 1), dtype=np.uint8) for n in plan["storages"]]
@@ -208,6 +208,9 @@ class CompiledModel:
             info = plan["values"][name]
             nbytes = int(np.prod(info["shape"], dtype=np.int64)) * np.dtype(info["dtype"]).itemsize
             self._views[name] = self._storages[sid][:nbytes].view(info["dtype"]).reshape(info["shape"])
+        # Addresses of the buffers that are the same on every call (planned storages, constants).
+        self._ptrs: dict[str, int] = {n: a.__array_interface__["data"][0] for n, a in self._views.items()}
+        self._ptrs.update({n: a.__array_interface__["data"][0] for n, a in self.consts.items()})
         self._funcs = {}
         if module is not None:
             for st in plan["steps"]:
@@ -284,13 +287,17 @@ class CompiledModel:
                 env[st["dst"]] = env[st["src"]].reshape(values[st["dst"]]["shape"])
                 continue
             ptrs = []
+            fixed = self._ptrs
             for a in st["args"]:
-                arr = env.get(a)
-                if arr is None:
-                    info = values[a]
-                    arr = np.empty(info["shape"], dtype=info["dtype"])
-                    env[a] = arr
-                ptrs.append(arr.ctypes.data)
+                p = fixed.get(a)
+                if p is None:
+                    arr = env.get(a)
+                    if arr is None:
+                        info = values[a]
+                        arr = np.empty(info["shape"], dtype=info["dtype"])
+                        env[a] = arr
+                    p = arr.__array_interface__["data"][0]
+                ptrs.append(p)
             fn = self._funcs[st["func"]]
             t0 = time.perf_counter() if times is not None else 0.0
             rc = fn._invoke(ptrs, [])

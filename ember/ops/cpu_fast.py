@@ -48,10 +48,18 @@ def _schedule_conv_packed(s: te.Schedule, stage: te.Stage) -> None:
     st = s[t]
     b, m, n = st.op.axis
     mo, no, mi, ni = st.tile(m, n, mr, nr)
-    # Panels outermost: one packed panel stays in cache while every row block of W runs over it.
-    st.reorder(b, no, mo, mi, ni)
+    # The larger operand goes outermost, so it streams from memory once while the smaller one
+    # stays in cache: panels outermost for large images, weight rows outermost for late layers.
+    K = int(op.attrs["K"])
+    w_bytes, b_bytes = M * K * 4, _ext(n) * K * 4
+    weights_outer = w_bytes > b_bytes
+    if weights_outer:
+        st.reorder(b, mo, no, mi, ni)
+        s[cc].compute_at(st, no)
+    else:
+        st.reorder(b, no, mo, mi, ni)
+        s[cc].compute_at(st, mo)
     st.vectorize(ni)
-    s[cc].compute_at(st, mo)
     cb, cm, cn = s[cc].op.axis
     rc, rr, rs = s[cc].op.reduce_axis
     taps = max(1, _ext(rr) * _ext(rs))
@@ -64,5 +72,5 @@ def _schedule_conv_packed(s: te.Schedule, stage: te.Stage) -> None:
         s[cc].reorder(ko, ki, rr, rs, cm, cn)
     s[cc].unroll(cm)
     s[cc].vectorize(cn)
-    fused = st.fuse(b, no)
+    fused = st.fuse(b, mo) if weights_outer else st.fuse(b, no)
     st.parallel(fused)
