@@ -12,7 +12,7 @@ $(VPY):
 	$(VPY) -m pip install -q --upgrade pip
 
 $(STAMP): $(VPY) pyproject.toml
-	$(VPY) -m pip install -q -e .
+	$(VPY) -m pip install -q -e '.[demo]'
 	touch $@
 
 $(TEST_STAMP): $(STAMP)
