@@ -445,7 +445,22 @@ def compile_model(graph: Graph, target: str = "llvm", fuse_ops: bool = True, ver
 def _value_inputs(graph: Graph, first: str) -> list[str] | None:
     """Graph inputs whose values decide shapes (found by binding them one at a time)."""
     if first not in graph.inputs:
-        return None
+        # A value computed from inputs: bind the integer inputs it depends on.
+        prod = graph.producers()
+        seen, stack, found = set(), [first], []
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in graph.inputs:
+                if "int" in graph.values[v].dtype:
+                    found.append(v)
+            elif v in prod:
+                stack.extend(i for i in prod[v].inputs if i)
+        if not found:
+            return None
+        first = found[0]
     needed = [first]
     while True:
         g = graph.copy()
@@ -454,12 +469,13 @@ def _value_inputs(graph: Graph, first: str) -> list[str] | None:
             g.consts[n] = np.zeros(info.shape, info.dtype)
             g.inputs.remove(n)
         try:
-            infer_and_fold(g, fold=False)
+            infer_and_fold(g)  # folding: the bound values flow into computed shapes
             return needed
         except NeedValue as exc:
-            if exc.name not in graph.inputs or exc.name in needed:
+            more = _value_inputs(g, exc.name)
+            if not more or any(m in needed for m in more):
                 return None
-            needed.append(exc.name)
+            needed.extend(more)
         except EmberError:
             return needed
 

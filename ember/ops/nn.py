@@ -734,3 +734,47 @@ def resize(ctx: OpContext, x: Tensor, *rest: Any) -> Tensor:
         return v
 
     return compute(tuple(out), body, name=uname("resize"))
+
+
+@register("Einsum", pattern="heavy")
+def einsum(ctx: OpContext, *xs: Tensor) -> Tensor:
+    """ONNX Einsum (explicit or implicit output, ``...`` broadcasting)."""
+    eq = _s(ctx.attr("equation")).replace(" ", "")
+    lhs, _, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(xs):
+        raise ctx.fail(f"equation {eq!r} names {len(terms)} operands but the node has {len(xs)}")
+    spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq]
+    ell_rank = max((len(shape(x)) - len(t.replace("...", "")) for t, x in zip(terms, xs) if "..." in t), default=0)
+    ell = "".join(spare[:ell_rank])
+    sizes: dict[str, int] = {}
+    full_terms = []
+    for t, x in zip(terms, xs):
+        s = shape(x)
+        if "..." in t:
+            r = len(s) - len(t.replace("...", ""))
+            t = t.replace("...", ell[ell_rank - r :])
+        full_terms.append(t)
+        for c, d in zip(t, s):
+            sizes[c] = max(sizes.get(c, 1), d)
+    if _:
+        out = rhs.replace("...", ell)
+    else:
+        letters = "".join(full_terms)
+        out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
+    red = [c for c in dict.fromkeys("".join(full_terms)) if c not in out]
+    raxes = {c: te.reduce_axis((0, sizes[c]), name=f"e{c}") for c in red}
+    dt = dtype_of(xs[0])
+
+    def body(*i: Any) -> Any:
+        env = {c: i[k] for k, c in enumerate(out)}
+        env.update({c: r.var for c, r in raxes.items()})
+        prod = None
+        for t, x in zip(full_terms, xs):
+            s = shape(x)
+            v = x[tuple(0 if s[k] == 1 and sizes[c] != 1 else env[c] for k, c in enumerate(t))]
+            prod = v if prod is None else prod * v
+        return te.sum(prod, axis=list(raxes.values())) if raxes else prod
+
+    res = compute(tuple(sizes[c] for c in out), body, name=uname("einsum"))
+    return res if dtype_of(res) == dt else compute(shape(res), lambda *i: cast(res[i], dt), name=uname("einsum_cast"))

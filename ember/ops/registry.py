@@ -120,3 +120,4 @@ def _load_all() -> None:
     if not _LOADED:
         _LOADED = True
         from . import attention, elemwise, loss, nn, reduce, rnn, transform  # noqa: F401
+        from . import bitwise, image, linalg, misc, quant, signal  # noqa: F401

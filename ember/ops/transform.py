@@ -558,3 +558,21 @@ def scatter_nd(ctx: OpContext, data: Tensor, ind: Tensor, upd: Tensor) -> Tensor
         return tuple(_wrap(ind[tuple(lead) + (k,)], s[k]) for k in range(q)) + tuple(u[len(si) - 1 :])
 
     return _scatter_core("scatter_nd", data, [], shape(upd), target_of, lambda u: upd[u], red)
+
+
+@register("CenterCropPad")
+def center_crop_pad(ctx: OpContext, x: Tensor, s: Tensor) -> Tensor:
+    """ONNX CenterCropPad: crop or zero-pad each given axis to the target size, centred."""
+    shp = shape(x)
+    n = len(shp)
+    target = ints(ctx.value(1))
+    axes = [norm_axis(a, n) for a in ints(ctx.attr("axes"))] or list(range(n))
+    lo, hi = [0] * n, [0] * n
+    for a, t in zip(axes, target):
+        diff = t - shp[a]
+        if diff >= 0:  # pad: an odd element goes to the end
+            lo[a], hi[a] = diff // 2, diff - diff // 2
+        else:  # crop: an odd element is cut from the end
+            cut = -diff
+            lo[a], hi[a] = -(cut // 2), -(cut - cut // 2)
+    return pad_tensor(x, lo, hi)
