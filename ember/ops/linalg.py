@@ -1,1 +1,1 @@
-"""placeholder"""
+"""Linear-algebra operators."""

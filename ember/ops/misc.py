@@ -1,1 +1,1 @@
-"""placeholder"""
+"""Miscellaneous operators."""

@@ -1,1 +1,341 @@
-"""placeholder"""
+"""Linear quantization operators: ``QuantizeLinear``, ``DequantizeLinear``,
+``DynamicQuantizeLinear``, ``MatMulInteger``, ``ConvInteger``, ``QLinearMatMul`` and
+``QLinearConv``.
+
+Scales and zero points are per tensor (a scalar or a one-element vector), per axis (a vector
+along ``axis``) or blocked (the input's shape with ``axis`` divided into blocks of
+``block_size``). Rounding is to nearest, ties to even, as ONNX's reference (``np.rint``).
+Only integer quantized types are supported: ember has no 2-bit, 4-bit or 8-bit float types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import te
+from ..ir import expr as E
+from ..te import Tensor
+from .elemwise import onnx_dtype
+from .nn import conv_pads, conv_tensor
+from .registry import OpContext, register
+from .util import bcast_load, broadcast_shapes, cast, compute, dtype_of, ints, norm_axis, shape, uname
+
+_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
+_FLOATS = ("float16", "float32", "float64")
+Loader = Callable[[Sequence[Any]], E.PrimExpr]
+
+
+def _qtype(dt: str, ctx: OpContext) -> tuple[int, int]:
+    """The (min, max) of quantized type ``dt``; fails for types ember cannot quantize to."""
+    r = _RANGES.get(dt)
+    if r is None:
+        raise ctx.fail(f"quantized type {dt} is not supported (ember supports {', '.join(_RANGES)})")
+    return r
+
+
+def param_loader(ctx: OpContext, p: Tensor, xs: tuple[int, ...], axis: int, block: int) -> Loader:
+    """A function from an index of ``x`` (shape ``xs``) to the scale or zero point ``p`` that
+    applies there: per tensor, per ``axis`` or in blocks of ``block`` along ``axis``."""
+    ps = shape(p)
+    n = 1
+    for d in ps:
+        n *= d
+    if len(ps) == 0:
+        return lambda i: p[()]
+    if n == 1 and len(ps) == 1:
+        return lambda i: p[0]
+    ax = norm_axis(axis, len(xs))
+    if not block:
+        if len(ps) != 1 or ps[0] != xs[ax]:
+            raise ctx.fail(
+                f"a per-axis scale or zero point must be a vector of {xs[ax]} elements (axis {axis}), not {ps}; "
+                "for blocked quantization set block_size"
+            )
+        return lambda i: p[i[ax]]
+    want = tuple(-(-xs[d] // block) if d == ax else xs[d] for d in range(len(xs)))
+    if ps != want:
+        raise ctx.fail(
+            f"a blocked scale or zero point for input {xs}, axis {axis}, block_size {block} has shape {want}, not {ps}"
+        )
+    return lambda i: p[tuple(E.floordiv(i[d], block) if d == ax else i[d] for d in range(len(xs)))]
+
+
+def _wider_float(*dts: str) -> str:
+    return max(dts, key=lambda d: _FLOATS.index(d) if d in _FLOATS else 0)
+
+
+def _saturate(v: E.PrimExpr, lo: int, hi: int) -> E.PrimExpr:
+    """``clip(v, lo, hi)`` for a float value."""
+    return E.min_expr(E.max_expr(v, E.const(float(lo), v.dtype)), E.const(float(hi), v.dtype))
+
+
+@register("QuantizeLinear")
+def quantize_linear(ctx: OpContext, x: Tensor, scale: Tensor, zp: Tensor | None = None) -> Tensor:
+    """ONNX QuantizeLinear: ``saturate(rint(x / scale) + zero_point)`` (per tensor, per axis or
+    blocked), of the zero point's type, else ``output_dtype``, else uint8."""
+    xs = shape(x)
+    odt = dtype_of(zp) if zp is not None else onnx_dtype(ctx.attr("output_dtype", 2) or 2, ctx)
+    if zp is not None and ctx.attr("output_dtype") and onnx_dtype(ctx.attr("output_dtype"), ctx) != odt:
+        raise ctx.fail(f"output_dtype does not match the zero point's type {odt}")
+    lo, hi = _qtype(odt, ctx)
+    axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+    if block < 0:
+        raise ctx.fail(f"block_size must be positive, not {block}")
+    sl = param_loader(ctx, scale, xs, axis, block)
+    zl = param_loader(ctx, zp, xs, axis, block) if zp is not None else None
+    prec = ctx.attr("precision")
+    wdt = onnx_dtype(prec, ctx) if prec else _wider_float(dtype_of(x), dtype_of(scale))
+
+    def body(*i: Any) -> E.PrimExpr:
+        q = te.round(cast(x[i], wdt) / cast(sl(i), wdt))
+        if zl is not None:
+            q = q + cast(zl(i), wdt)
+        return cast(_saturate(q, lo, hi), odt)
+
+    return compute(xs, body, name=uname("quantize"))
+
+
+@register("DequantizeLinear")
+def dequantize_linear(ctx: OpContext, x: Tensor, scale: Tensor, zp: Tensor | None = None) -> Tensor:
+    """ONNX DequantizeLinear: ``(float32(x) - zero_point) * scale``, of the scale's type (or
+    ``output_dtype``)."""
+    xs = shape(x)
+    if dtype_of(x) not in _RANGES and dtype_of(x) != "int32":
+        raise ctx.fail(f"input type {dtype_of(x)} is not supported (ember dequantizes {', '.join(_RANGES)}, int32)")
+    axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+    sl = param_loader(ctx, scale, xs, axis, block)
+    zl = param_loader(ctx, zp, xs, axis, block) if zp is not None else None
+    odt = onnx_dtype(ctx.attr("output_dtype"), ctx) if ctx.attr("output_dtype") else dtype_of(scale)
+    wdt = _wider_float("float32", dtype_of(scale))
+
+    def body(*i: Any) -> E.PrimExpr:
+        d = cast(x[i], "float32")
+        if zl is not None:
+            d = d - cast(zl(i), "float32")
+        return cast(cast(d, wdt) * cast(sl(i), wdt), odt)
+
+    return compute(xs, body, name=uname("dequantize"))
+
+
+@register("DynamicQuantizeLinear", pattern="reduce")
+def dynamic_quantize_linear(ctx: OpContext, x: Tensor) -> list[Tensor]:
+    """ONNX DynamicQuantizeLinear: uint8 quantization with the scale and zero point that map
+    ``[min(0, min x), max(0, max x)]`` onto ``[0, 255]``."""
+    xs = shape(x)
+    if dtype_of(x) != "float32":
+        raise ctx.fail(f"input type {dtype_of(x)} is not supported; DynamicQuantizeLinear takes float32")
+    f = "float32"
+    rs = [te.reduce_axis((0, d), name=f"r{k}") for k, d in enumerate(xs)]
+    idx = tuple(r.var for r in rs)
+    hi = compute((), lambda: te.max(x[idx], axis=rs) if rs else x[()], name=uname("dq_max"))
+    rs2 = [te.reduce_axis((0, d), name=f"s{k}") for k, d in enumerate(xs)]
+    idx2 = tuple(r.var for r in rs2)
+    lo = compute((), lambda: te.min(x[idx2], axis=rs2) if rs2 else x[()], name=uname("dq_min"))
+    zero, one = E.const(0.0, f), E.const(1.0, f)
+
+    def scale_of() -> E.PrimExpr:
+        mx, mn = E.max_expr(zero, hi[()]), E.min_expr(zero, lo[()])
+        return te.if_then_else(mx == mn, one, mx - mn) / E.const(255.0, f)
+
+    sc = compute((), scale_of, name=uname("dq_scale"))
+
+    def zp_of() -> E.PrimExpr:
+        mn = E.min_expr(zero, lo[()])
+        return te.round(_saturate(zero - mn / sc[()], 0, 255))
+
+    zpf = compute((), zp_of, name=uname("dq_zpf"))
+    y = compute(xs, lambda *i: cast(_saturate(te.round(x[i] / sc[()]) + zpf[()], 0, 255), "uint8"), name=uname("dq_y"))
+    scale_out = compute((), lambda: sc[()], name=uname("dq_scale_out"))
+    zp_out = compute((), lambda: cast(zpf[()], "uint8"), name=uname("dq_zp"))
+    return [y, scale_out, zp_out]
+
+
+def _minus_zp(t: Tensor, zp: Loader | None, name: str) -> Tensor:
+    """``int32(t) - int32(zero point)``."""
+    return compute(
+        shape(t),
+        lambda *i: cast(t[i], "int32") - (cast(zp(i), "int32") if zp is not None else E.const(0, "int32")),
+        name=uname(name),
+    )
+
+
+def _check_int8(ctx: OpContext, *ts: Tensor | None) -> None:
+    for t in ts:
+        if t is not None and dtype_of(t) not in ("uint8", "int8"):
+            raise ctx.fail(f"quantized inputs must be uint8 or int8, not {dtype_of(t)}")
+
+
+def _int_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """int32 ``matmul`` of two int32 tensors (NumPy batch broadcasting; operands of rank >= 2)."""
+    sa, sb = shape(a), shape(b)
+    if len(sa) < 2 or len(sb) < 2:
+        raise ValueError(f"integer matmul of {sa} and {sb}: operands of rank 1 are not supported")
+    M, K, K2, N = sa[-2], sa[-1], sb[-2], sb[-1]
+    if K != K2:
+        raise ValueError(f"matmul of {sa} and {sb}: inner dimensions {K} and {K2} differ")
+    batch = broadcast_shapes(sa[:-2], sb[:-2])
+    out = batch + (M, N)
+    k = te.reduce_axis((0, K), name="k")
+
+    def body(*i: Any) -> E.PrimExpr:
+        av = bcast_load(a, out[:-1] + (K,), i[:-1] + (k.var,))
+        bv = bcast_load(b, out[:-2] + (K, N), i[:-2] + (k.var, i[-1]))
+        return te.sum(av * bv, axis=k)
+
+    return compute(out, body, name=uname("imatmul"))
+
+
+def _matmul_zp(ctx: OpContext, t: Tensor, zp: Tensor | None, row: bool) -> Loader | None:
+    """Zero point of a matmul operand: scalar, or per row of A / per column of B."""
+    if zp is None:
+        return None
+    ts = shape(t)
+    zs = shape(zp)
+    n = 1
+    for d in zs:
+        n *= d
+    if n == 1:
+        return lambda i: zp[(0,) * len(zs)]
+    ax = len(ts) - 2 if row else len(ts) - 1
+    if len(zs) != 1 or zs[0] != ts[ax]:
+        raise ctx.fail(f"zero point of shape {zs} does not match operand {ts}: give a scalar or one per row/column")
+    return lambda i: zp[i[ax]]
+
+
+@register("MatMulInteger", pattern="reduce")
+def matmul_integer(
+    ctx: OpContext, a: Tensor, b: Tensor, azp: Tensor | None = None, bzp: Tensor | None = None
+) -> Tensor:
+    """ONNX MatMulInteger: int32 ``(A - a_zero_point) @ (B - b_zero_point)``."""
+    _check_int8(ctx, a, b)
+    ai = _minus_zp(a, _matmul_zp(ctx, a, azp, True), "mmi_a")
+    bi = _minus_zp(b, _matmul_zp(ctx, b, bzp, False), "mmi_b")
+    return _int_matmul(ai, bi)
+
+
+def _requantize(
+    ctx: OpContext, acc: Tensor, mult: Callable[[Sequence[Any]], E.PrimExpr], yzp: Tensor | None, odt: str
+) -> Tensor:
+    """``saturate(rint(acc * mult) + y_zero_point)`` in float64, as the reference computes it."""
+    lo, hi = _qtype(odt, ctx)
+
+    def body(*i: Any) -> E.PrimExpr:
+        d = cast(acc[i], "float64") * mult(i)
+        if yzp is not None:
+            d = d + cast(yzp[(0,) * len(yzp.shape)], "float64")
+        return cast(_saturate(te.round(d), lo, hi), odt)
+
+    return compute(shape(acc), body, name=uname("requant"))
+
+
+def _numel(t: Tensor) -> int:
+    n = 1
+    for d in shape(t):
+        n *= d
+    return n
+
+
+def _scalar(t: Tensor) -> E.PrimExpr:
+    return t[(0,) * len(t.shape)]
+
+
+@register("QLinearMatMul", pattern="reduce")
+def qlinear_matmul(
+    ctx: OpContext,
+    a: Tensor,
+    a_scale: Tensor,
+    azp: Tensor,
+    b: Tensor,
+    b_scale: Tensor,
+    bzp: Tensor,
+    y_scale: Tensor,
+    yzp: Tensor | None = None,
+) -> Tensor:
+    """ONNX QLinearMatMul: the int32 product of the zero-point-shifted operands, requantized
+    with ``a_scale * b_scale / y_scale`` (computed in the scales' type, per tensor)."""
+    _check_int8(ctx, a, b, azp, bzp, yzp)
+    for s in (a_scale, b_scale, y_scale):
+        if len(shape(s)) and _numel(s) != 1:
+            raise ctx.fail("only per-tensor scales are supported (scalars)")
+    acc = matmul_integer(ctx, a, b, azp, bzp)
+    sdt = dtype_of(a_scale)
+    m = compute(
+        (), lambda: _scalar(a_scale) * cast(_scalar(b_scale), sdt) / cast(_scalar(y_scale), sdt), name=uname("qmm_mult")
+    )
+    return _requantize(
+        ctx, acc, lambda i: cast(m[()], "float64"), yzp, dtype_of(yzp) if yzp is not None else dtype_of(a)
+    )
+
+
+def _conv_int(
+    ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None, wzp: Tensor | None, bias: Tensor | None
+) -> Tensor:
+    """int32 convolution of ``x - x_zero_point`` with ``w - w_zero_point`` (per output channel
+    allowed), plus an int32 bias."""
+    sx, sw = shape(x), shape(w)
+    if len(sx) < 3:
+        raise ctx.fail(f"input of shape {sx} must have at least 3 dimensions (N, C, spatial...)")
+    if xzp is not None and _numel(xzp) != 1:
+        raise ctx.fail("x_zero_point must be a scalar")
+    xi = _minus_zp(x, (lambda i: _scalar(xzp)) if xzp is not None else None, "convi_x")
+    wl: Loader | None = None
+    if wzp is not None:
+        n = _numel(wzp)
+        if n == 1:
+            wl = lambda i: _scalar(wzp)  # noqa: E731
+        elif shape(wzp) == (sw[0],):
+            wl = lambda i: wzp[i[0]]  # noqa: E731
+        else:
+            raise ctx.fail(f"w_zero_point of shape {shape(wzp)} must be a scalar or one per output channel ({sw[0]})")
+    wi = _minus_zp(w, wl, "convi_w")
+    nsp = len(sx) - 2
+    ks = ints(ctx.attr("kernel_shape"))
+    if ks and tuple(ks) != sw[2:]:
+        raise ctx.fail(f"kernel_shape {ks} does not match the weights' shape {sw}")
+    strides = ints(ctx.attr("strides")) or [1] * nsp
+    dil = ints(ctx.attr("dilations")) or [1] * nsp
+    lo, hi = conv_pads(ctx, sx[2:], sw[2:], strides, dil)
+    b32 = None if bias is None else compute(shape(bias), lambda m: cast(bias[m], "int32"), name=uname("convi_b"))
+    return conv_tensor(xi, wi, b32, strides, dil, lo, hi, int(ctx.attr("group", 1)))
+
+
+@register("ConvInteger", pattern="reduce")
+def conv_integer(ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None = None, wzp: Tensor | None = None) -> Tensor:
+    """ONNX ConvInteger: int32 convolution of the zero-point-shifted operands."""
+    _check_int8(ctx, x, w)
+    return _conv_int(ctx, x, w, xzp, wzp, None)
+
+
+@register("QLinearConv", pattern="reduce")
+def qlinear_conv(
+    ctx: OpContext,
+    x: Tensor,
+    x_scale: Tensor,
+    xzp: Tensor,
+    w: Tensor,
+    w_scale: Tensor,
+    wzp: Tensor,
+    y_scale: Tensor,
+    yzp: Tensor | None = None,
+    bias: Tensor | None = None,
+) -> Tensor:
+    """ONNX QLinearConv: the int32 convolution (plus int32 bias) requantized with
+    ``x_scale * w_scale / y_scale`` (``w_scale`` per tensor or per output channel)."""
+    _check_int8(ctx, x, w, xzp, wzp, yzp)
+    acc = _conv_int(ctx, x, w, xzp, wzp, bias)
+    M = shape(w)[0]
+    ws = shape(w_scale)
+    per_ch = _numel(w_scale) != 1
+    if per_ch and ws != (M,):
+        raise ctx.fail(f"w_scale of shape {ws} must be a scalar or one per output channel ({M})")
+    sdt = dtype_of(x_scale)
+
+    def mult(m: Any) -> E.PrimExpr:
+        wsv = w_scale[m] if per_ch else _scalar(w_scale)
+        return _scalar(x_scale) * cast(wsv, sdt) / cast(_scalar(y_scale), sdt)
+
+    mt = compute((M,), mult, name=uname("qconv_mult"))
+    return _requantize(
+        ctx, acc, lambda i: cast(mt[i[1]], "float64"), yzp, dtype_of(yzp) if yzp is not None else dtype_of(x)
+    )

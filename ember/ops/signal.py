@@ -1,1 +1,1 @@
-"""placeholder"""
+"""Signal-processing operators."""
