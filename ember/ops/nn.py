@@ -344,7 +344,7 @@ def _pool(ctx: OpContext, x: Tensor, kind: str) -> list[Tensor]:
                 return red((flat, v), axis=rk, where=inside(q))
 
             r = compute(tuple(sx[:2]) + tuple(out_sp), ibody, name=uname("maxpool_idx"))
-            outs.append(r[0])
+            outs.append(compute(shape(r[0]), lambda *i: r[0][i], name=uname("maxpool_indices")))
         return outs
 
     def sbody(n: Any, c: Any, *o: Any) -> Any:
