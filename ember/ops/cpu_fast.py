@@ -10,9 +10,15 @@ parallel over panels and vectorized across the panel width.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import te
 from ..ir import expr as E
 from ..target import Target
+
+# Below these sizes a parallel region costs more than it saves (and far more on a loaded machine).
+PARALLEL_MIN_ELEMS = 1 << 16
+PARALLEL_MIN_MACS = 1 << 22
 
 
 def _ext(iv: te.IterVar) -> int:
@@ -27,11 +33,18 @@ def schedule_fast(s: te.Schedule, stage: te.Stage) -> bool:
     if tag == "conv_packed":
         _schedule_conv_packed(s, stage)
         return True
+    if getattr(op, "name", "").startswith("mm_pack") and tag == "keep":
+        no, k, ni = op.axis
+        s[op].vectorize(ni)
+        if _ext(no) * _ext(k) * _ext(ni) >= PARALLEL_MIN_ELEMS:
+            s[op].parallel(no)
+        return True
     if getattr(op, "name", "").startswith("conv_pack") and tag == "keep":
         b, no, c, r, q, ni = op.axis
         s[op].vectorize(ni)
         fused = s[op].fuse(b, no)
-        s[op].parallel(fused)
+        if int(np.prod([_ext(a) for a in op.axis])) >= PARALLEL_MIN_ELEMS:
+            s[op].parallel(fused)
         return True
     return False
 
@@ -61,16 +74,18 @@ def _schedule_conv_packed(s: te.Schedule, stage: te.Stage) -> None:
         s[cc].compute_at(st, mo)
     st.vectorize(ni)
     cb, cm, cn = s[cc].op.axis
-    rc, rr, rs = s[cc].op.reduce_axis
-    taps = max(1, _ext(rr) * _ext(rs))
+    red = list(s[cc].op.reduce_axis)
+    rc, taps_axes = red[0], red[1:]
+    taps = max(1, int(np.prod([_ext(r) for r in taps_axes])) if taps_axes else 1)
     C = _ext(rc)
     if C * taps <= 512:
-        s[cc].reorder(rc, rr, rs, cm, cn)
+        s[cc].reorder(rc, *taps_axes, cm, cn)
     else:
         kc = max(d for d in range(1, C + 1) if C % d == 0 and d * taps <= 256) if taps <= 256 else 1
         ko, ki = s[cc].split(rc, factor=kc)
-        s[cc].reorder(ko, ki, rr, rs, cm, cn)
+        s[cc].reorder(ko, ki, *taps_axes, cm, cn)
     s[cc].unroll(cm)
     s[cc].vectorize(cn)
     fused = st.fuse(b, mo) if weights_outer else st.fuse(b, no)
-    st.parallel(fused)
+    if M * _ext(n) * K >= PARALLEL_MIN_MACS:
+        st.parallel(fused)

@@ -37,6 +37,8 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul") -> Tensor:
         raise ValueError(f"matmul of {sa} and {sb}: inner dimensions {K} and {K2} differ")
     batch = broadcast_shapes(ea[:-2], eb[:-2])
     out = batch + ((M,) if not a1 else ()) + ((N,) if not b1 else ())
+    if len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N >= 256:
+        return _matmul_packed(a, b, batch, M, K, N)
     k = te.reduce_axis((0, K), name="k")
     nb = len(batch)
 
@@ -58,6 +60,48 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul") -> Tensor:
         return te.sum(av * bv, axis=k)
 
     return compute(out, body, name=uname(name), tag="matmul")
+
+
+def _matmul_packed(a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int, N: int) -> Tensor:
+    """``a @ b`` for a 2-D right operand: ``b`` packed into ``nr``-wide panels ``[N / nr, K, nr]``
+    and the product computed by the register-tiled schedule of the packed convolution."""
+    from ..target import Target
+
+    nr = 2 * Target("llvm").vector_lanes(32)
+    npanel = -(-N // nr)
+    rows = int(np.prod(batch)) if batch else 1
+    bp = compute(
+        (npanel, K, nr),
+        lambda no, kk, ni: te.if_then_else(
+            no * nr + ni < N, b[kk, E.min_expr(no * nr + ni, N - 1)], const_like(0, "float32")
+        ),
+        name=uname("mm_pack"),
+        tag="keep",
+    )
+    k = te.reduce_axis((0, K), name="k")
+
+    def arow(r: Any) -> tuple[Any, ...]:
+        idx, rest = [], r
+        for d in reversed(batch):
+            idx.append(E.floormod(rest, d))
+            rest = E.floordiv(rest, d)
+        return tuple(reversed(idx))
+
+    cv = compute(
+        (rows, M, N),
+        lambda r, m, n: te.sum(a[arow(r) + (m, k.var)] * bp[E.floordiv(n, nr), k.var, E.floormod(n, nr)], axis=k),
+        name=uname("mm_gemm"),
+        tag="conv_packed",
+        attrs={"nr": nr, "K": K},
+    )
+
+    def view(*i: Any) -> Any:
+        r: Any = E.const(0)
+        for d, v in zip(batch, i[:-2]):
+            r = r * d + v
+        return cv[r, i[-2], i[-1]]
+
+    return compute(batch + (M, N), view, name=uname("matmul"))
 
 
 @register("MatMul", pattern="heavy")

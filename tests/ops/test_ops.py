@@ -80,3 +80,15 @@ def test_softmax(rng, log: bool) -> None:
     ref = xa.astype(np.float64) - xa.max(1, keepdims=True)
     ref = ref - np.log(np.exp(ref).sum(1, keepdims=True)) if log else np.exp(ref) / np.exp(ref).sum(1, keepdims=True)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("ashape,bshape", [((37, 45), (45, 50)), ((2, 3, 19, 33), (33, 17))])
+def test_matmul_packed_path(rng, ashape, bshape) -> None:
+    a = te.placeholder(ashape, name="a")
+    b = te.placeholder(bshape, name="b")
+    out = matmul_tensor(a, b)
+    assert any(getattr(t.op, "tag", "") == "conv_packed" for t in out.op.input_tensors)  # the packed GEMM is used
+    aa = rng.standard_normal(ashape).astype(np.float32)
+    bb = rng.standard_normal(bshape).astype(np.float32)
+    (got,) = _run([out], [a, b], [aa, bb])
+    np.testing.assert_allclose(got, aa.astype(np.float64) @ bb, rtol=1e-4, atol=1e-4)
