@@ -153,3 +153,21 @@ def test_efficientnet_lite0_real_weights_classifies_the_cat(tmp_path, monkeypatc
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
     assert _rel_err(logits, ref) <= 1e-4
     assert int(np.argmax(logits)) == 282  # ImageNet's "tiger cat"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name,shape", [("ch_PP-OCRv4_det_infer.onnx", (1, 3, 320, 480)), ("ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320))]
+)
+def test_ppocr_models_from_rapidocr_wheel(name: str, shape: tuple[int, ...], rng) -> None:
+    rapidocr = pytest.importorskip("rapidocr_onnxruntime", reason="the PP-OCR models ship in rapidocr-onnxruntime")
+    import os
+
+    path = os.path.join(os.path.dirname(rapidocr.__file__), "models", name)
+    inp = onnx.load(path, load_external_data=False).graph.input[0].name
+    model = ember.compile(path, input_shapes={inp: shape})
+    x = rng.standard_normal(shape).astype(np.float32)
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {inp: x})
+    for got, want in zip(model(x), ref):
+        assert got.shape == want.shape
+        assert _rel_err(got, want) <= 1e-4
