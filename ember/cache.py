@@ -36,10 +36,15 @@ def cache_dir(override: str | os.PathLike[str] | None = None) -> Path | None:
     return Path(os.path.expanduser("~")) / ".cache" / "ember"
 
 
+#: Bumped whenever code generation changes what it emits for the same loop IR, so entries
+#: written by an older code generator are not reused.
+CODEGEN_REVISION = "2"
+
+
 def cache_key(*parts: str) -> str:
-    """A hex key over the given texts and the ember version."""
+    """A hex key over the given texts, the ember version and the code generator revision."""
     h = hashlib.sha256()
-    for p in (_version, *parts):
+    for p in (_version, CODEGEN_REVISION, *parts):
         h.update(p.encode())
         h.update(b"\0")
     return h.hexdigest()
