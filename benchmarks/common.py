@@ -31,9 +31,12 @@ def best_of(fn: Callable[[], Any], repeat: int = 7, min_time: float = 0.2) -> di
     return {"best_s": min(times), "median_s": statistics.median(times)}
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], rounds: int = 9, min_time: float = 0.1) -> dict[str, float]:
+def interleaved(
+    fns: dict[str, Callable[[], Any]], rounds: int = 9, min_time: float = 0.1, settle: float = 0.2
+) -> dict[str, float]:
     """Best seconds per call of each function, timing them in alternating rounds so that a
-    noisy machine (other processes, frequency changes) affects all of them alike."""
+    noisy machine (other processes, frequency changes) affects all of them alike; ``settle``
+    seconds of idleness (and one untimed call) precede each function's timed block."""
     inner: dict[str, int] = {}
     for name, fn in fns.items():
         fn()
@@ -43,6 +46,10 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int = 9, min_time: fl
     best = {name: float("inf") for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            # Thread pools (OpenBLAS, OpenMP) spin for a while after their last task; let them go
+            # idle so that they do not steal the cores from the next function measured.
+            time.sleep(settle)
+            fn()
             t0 = time.perf_counter()
             for _ in range(inner[name]):
                 fn()
