@@ -13,6 +13,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..errors import TypeMismatchError
 from .dtype import BOOL, FLOAT32, INT32, INT64, DataType, dtype, promote
 
@@ -426,13 +428,8 @@ def convert(value: Any, like: DataType | None = None) -> PrimExpr:
         if like is not None and like.is_float:
             return const(value, like.element_of())
         return const(value, FLOAT32)
-    try:
-        import numpy as np
-
-        if isinstance(value, np.generic):
-            return const(value.item(), dtype(value.dtype))
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(value, np.generic):
+        return const(value.item(), dtype(value.dtype))
     raise TypeMismatchError(f"cannot use {value!r} of type {type(value).__name__} in an expression")
 
 

@@ -30,10 +30,6 @@ def _conjuncts(c: E.PrimExpr) -> list[E.PrimExpr]:
     return [c]
 
 
-class _Ranges(Mutator):
-    """Collects the loop ranges of the loops inside a statement."""
-
-
 def _inner_loops(s: S.Stmt) -> dict[E.Var, tuple[E.PrimExpr, E.PrimExpr]]:
     out: dict[E.Var, tuple[E.PrimExpr, E.PrimExpr]] = {}
 
