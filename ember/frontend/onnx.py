@@ -148,6 +148,12 @@ def _constant_value(attrs: dict[str, Any]) -> np.ndarray:
     raise FrontendError(f"Constant node with attributes {sorted(attrs)} is not supported (strings, sparse tensors)")
 
 
+def _op_key(n: Any) -> str:
+    """The registry name of node ``n``: its type, prefixed by its domain outside the default one
+    (``ai.onnx.ml.Binarizer``, ``ai.onnx.preview.training.Adam``)."""
+    return n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+
+
 def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """Convert an ONNX model (path, bytes or ModelProto) to ember's graph IR."""
     m = load_model(model)
@@ -163,8 +169,8 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     g = m.graph
     unsupported: dict[str, int] = {}
     for n in g.node:
-        if n.domain not in ("", "ai.onnx") or lookup(n.op_type) is None:
-            key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+        key = _op_key(n)
+        if lookup(key) is None:
             unsupported[key] = unsupported.get(key, 0) + 1
     consts: dict[str, np.ndarray] = {}
     for t in g.initializer:
@@ -218,5 +224,5 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
             raise UnsupportedOpError({f"{n.op_type} (with a subgraph)": 1})
         if n.op_type == "Constant":
             attrs = {"value": _constant_value(attrs)}
-        nodes.append(Node(n.op_type, list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{k}", opset))
+        nodes.append(Node(_op_key(n), list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{k}", opset))
     return Graph(inputs, [o.name for o in g.output], nodes, values, consts, g.name or "model")
