@@ -37,11 +37,22 @@ def case_ops(case: Any) -> list[str]:
     return sorted({n.op_type for n in case.model.graph.node})
 
 
+def _to_array(x: Any) -> np.ndarray:
+    """One data-set entry as a NumPy array. Some cases store their data as ``TensorProto``s
+    (``np.asarray`` would wrap those in an object array); they are decoded exactly as onnx's own
+    backend runner decodes them (``numpy_helper.to_array``)."""
+    if isinstance(x, np.ndarray):
+        return x
+    from onnx import TensorProto, numpy_helper
+
+    if isinstance(x, TensorProto):
+        return numpy_helper.to_array(x)
+    return np.asarray(x)
+
+
 def _inputs_outputs(case: Any, ds: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
     inputs, outputs = ds
-    return [np.asarray(x) if not isinstance(x, np.ndarray) else x for x in inputs], [
-        np.asarray(x) if not isinstance(x, np.ndarray) else x for x in outputs
-    ]
+    return [_to_array(x) for x in inputs], [_to_array(x) for x in outputs]
 
 
 def run_case(case: Any) -> None:
