@@ -62,7 +62,10 @@ def _la_check(
     if (kb, kt) != (b, t) or (vb, vt) != (b, t):
         raise ctx.fail(f"query {shape(q)}, key {shape(k)} and value {shape(v)} differ in batch or sequence length")
     if qd % hq or vd % hkv:
-        raise ctx.fail(f"query's last dimension {qd} / q_num_heads {hq} or value's {vd} / kv_num_heads {hkv} is not whole")
+        raise ctx.fail(
+            f"query's last dimension {qd} is not a multiple of q_num_heads {hq}, "
+            f"or value's {vd} of kv_num_heads {hkv}"
+        )
     dk, dv = qd // hq, vd // hkv
     if kd != hkv * dk:
         raise ctx.fail(f"key's last dimension is {kd}; expected kv_num_heads * d_k = {hkv * dk}")
