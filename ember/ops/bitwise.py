@@ -10,9 +10,10 @@ two's-complement bits (viewed as the unsigned type of the same width, where ``/ 
 from __future__ import annotations
 
 from ..ir import expr as E
+from ..ir.dtype import dtype
 from ..te import Tensor
 from .registry import OpContext, register
-from .util import dtype_of, elementwise
+from .util import cast, dtype_of, elementwise
 
 
 def _unsigned(dt: str, ctx: OpContext) -> tuple[str, int]:
@@ -73,3 +74,26 @@ def bitwise_not(ctx: OpContext, x: Tensor) -> Tensor:
     udt, bits = _unsigned(dt, ctx)
     ones = E.const((1 << bits) - 1, udt)
     return elementwise("BitwiseNot", [x], lambda v: E.cast(dt, ones - E.cast(udt, v)), dt)
+
+
+@register("BitCast")
+def bitcast(ctx: OpContext, x: Tensor) -> Tensor:
+    """ONNX BitCast: each element's bits read as the type ``to`` of the same width, through the
+    code generators' ``reinterpret`` intrinsic (an LLVM bitcast). Bool is the byte 0/1 it is
+    stored as: to an 8-bit integer it is that byte, from one it is ``byte != 0``."""
+    from .elemwise import onnx_dtype
+
+    if ctx.attr("to") is None:
+        raise ctx.fail("attribute 'to' is required")
+    dt = onnx_dtype(ctx.attr("to"), ctx)
+    src = dtype_of(x)
+    s_t, d_t = dtype(src), dtype(dt)
+    for t in (s_t, d_t):
+        if t.kind == "bfloat" or (t.is_int and t.bits < 8):
+            raise ctx.fail(f"BitCast from {src} to {dt}: ember does not reinterpret {t} bits")
+    sb, db = (8 if t.is_bool else t.bits for t in (s_t, d_t))
+    if sb != db:
+        raise ctx.fail(f"cannot reinterpret {src} ({sb} bits) as {dt} ({db} bits); BitCast needs types of one width")
+    if s_t.is_bool or d_t.is_bool:
+        return elementwise("BitCast", [x], lambda v: cast(v, dt), dt)
+    return elementwise("BitCast", [x], lambda v: E.Call(d_t, "reinterpret", (v,)), dt)
