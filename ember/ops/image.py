@@ -273,3 +273,39 @@ def max_unpool(ctx: OpContext, x: Tensor, ind: Tensor, out_shape: Tensor | None 
     out = (sx[0], sx[1], *dims)
     res = compute(out, body, name=uname("unpool_red"))
     return compute(out, lambda *i: res[1][i], name=uname("max_unpool"))
+
+
+# -- Resize antialias ---------------------------------------------------------------------------
+def _keys_cubic(x: E.PrimExpr, a: float, dt: str) -> E.PrimExpr:
+    """Keys' cubic kernel at ``x >= 0`` (zero from 2 on)."""
+    A = const_like(a, dt)
+    x2, x3 = x * x, x * x * x
+    near = (A + const_like(2.0, dt)) * x3 - (A + const_like(3.0, dt)) * x2 + const_like(1.0, dt)
+    far = A * x3 - const_like(5.0, dt) * A * x2 + const_like(8.0, dt) * A * x - const_like(4.0, dt) * A
+    zero = const_like(0.0, dt)
+    return te.if_then_else(x <= const_like(1.0, dt), near, te.if_then_else(x < const_like(2.0, dt), far, zero))
+
+
+def antialias_taps(mode: str, t: E.PrimExpr, scale: float, cubic_a: float, dt: str) -> tuple[list[int], list[Any]]:
+    """Resize's antialiased taps along one axis: offsets from ``floor(x)`` and their normalized
+    weights, for the source coordinate ``x`` whose fraction is ``t``.
+
+    When downsampling (``scale < 1``) the linear (triangle) or cubic kernel is stretched by
+    ``1 / scale``, so every source pixel under the output pixel contributes (as ONNX's reference
+    and PIL do); the weights are divided by their sum. For ``scale >= 1`` they are the usual
+    2 or 4 taps."""
+    s = min(scale, 1.0)
+    support = 1.0 if mode == "linear" else 2.0
+    start = int(math.floor(-support / s)) + 1
+    offs = list(range(start, 1 - start + 1))
+    raw = []
+    for off in offs:
+        d = te.abs((const_like(float(off), dt) - t) * const_like(s, dt))
+        if mode == "linear":
+            raw.append(E.max_expr(const_like(1.0, dt) - d, const_like(0.0, dt)))
+        else:
+            raw.append(_keys_cubic(d, cubic_a, dt))
+    total = raw[0]
+    for w in raw[1:]:
+        total = total + w
+    return offs, [w / total for w in raw]

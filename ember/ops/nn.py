@@ -650,8 +650,9 @@ def resize(ctx: OpContext, x: Tensor, *rest: Any) -> Tensor:
             sizes = ints(sz) if sz is not None and sz.size else None
         ctm = _s(ctx.attr("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 11 else "asymmetric"))
         nmode = _s(ctx.attr("nearest_mode", "round_prefer_floor"))
-    if int(ctx.attr("antialias", 0)):
-        raise ctx.fail("antialias=1 is not supported")
+    antialias = int(ctx.attr("antialias", 0))
+    if antialias and mode == "nearest":
+        raise ctx.fail("antialias=1 applies to the linear and cubic modes only, not nearest")
     cubic_a = float(ctx.attr("cubic_coeff_a", -0.75))
     exclude = int(ctx.attr("exclude_outside", 0))
     extrap = float(ctx.attr("extrapolation_value", 0.0))
@@ -741,7 +742,11 @@ def resize(ctx: OpContext, x: Tensor, *rest: Any) -> Tensor:
                 fl = te.floor(c)
                 t = c - fl
                 base = cast(fl, "int32")
-                if mode == "linear":
+                if antialias:
+                    from .image import antialias_taps
+
+                    offs, ws = antialias_taps(mode, t, full_scales[a], cubic_a, fdt)
+                elif mode == "linear":
                     offs, ws = [0, 1], [const_like(1.0, fdt) - t, t]
                 else:
                     offs, ws = [-1, 0, 1, 2], _cubic_weights(t, cubic_a, fdt)
@@ -751,7 +756,7 @@ def resize(ctx: OpContext, x: Tensor, *rest: Any) -> Tensor:
                     ok = (j >= 0) & (j < s[a])
                     jj = E.max_expr(E.min_expr(j, s[a] - 1), 0)
                     entries.append((jj, wgt, ok))
-                if exclude and mode == "cubic":
+                if exclude and (mode == "cubic" or antialias):
                     tot = None
                     for _, wgt, ok in entries:
                         term = te.if_then_else(ok, wgt, const_like(0.0, fdt))
