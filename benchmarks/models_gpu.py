@@ -1,0 +1,142 @@
+"""Models on an NVIDIA GPU: ember (``target="cuda"``) next to PyTorch eager, batch 1, fp32.
+
+For each network the same weights run in PyTorch (eager, TF32 off so both compute in fp32) and
+through ember from the ONNX export; ember's outputs are checked against ONNX Runtime (CPU) first.
+Latency is the median of many synchronised calls with the input already on the device (ember:
+``run_on_device`` on a device array; PyTorch: a CUDA tensor), after a warm-up. Compile time with an
+empty cache is reported too. Writes ``models_gpu.json`` and a table to ``--out``.
+
+    python benchmarks/models_gpu.py --out results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
+
+import ember  # noqa: E402
+
+
+def _median_ms(fn: Any, sync: Any, warmup: int = 10, iters: int = 50) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def _rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a.astype(np.float64) - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def _networks(directory: Path) -> list[tuple[str, Path, Any, dict[str, np.ndarray]]]:
+    """(name, onnx path, torch module on the GPU or None, inputs)."""
+    import torch
+    from nets import NETS, export, export_bert, randomize_bn
+
+    rng = np.random.default_rng(0)
+    out = []
+    for name in ("resnet50", "mobilenet_v2", "super_resolution"):
+        path = export(name, directory)
+        make, shape = NETS[name]
+        torch.manual_seed(0)
+        net = make().eval()
+        randomize_bn(net)  # the same seeded weights export() used
+        out.append((name, path, net, {"input": rng.standard_normal(shape).astype(np.float32)}))
+    try:
+        path = export_bert(directory)
+        ids = rng.integers(0, 1000, (1, 32)).astype(np.int64)
+        out.append(("bert_small", path, None, {"input_ids": ids, "attention_mask": np.ones_like(ids)}))
+    except ImportError as exc:
+        print(f"bert_small skipped: {exc}")
+    try:
+        from ember.model_demo import cat_image, export_efficientnet_lite0
+
+        path = export_efficientnet_lite0(directory)
+        out.append(("efficientnet_lite0", path, None, {"input": cat_image()}))
+    except ImportError as exc:
+        print(f"efficientnet_lite0 skipped: {exc}")
+    return out
+
+
+def main() -> int:
+    """Run the comparison; returns a process exit code (1 when a network disagrees with ORT)."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--models", default=None, help="directory for the exported ONNX files (default: a temp dir)")
+    args = ap.parse_args()
+    import onnxruntime as ort
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    directory = Path(args.models or tempfile.mkdtemp(prefix="ember-gpu-models-"))
+    dev = ember.cuda(0)
+    rows = []
+    ok = True
+    for name, path, net, feeds in _networks(directory):
+        cache = tempfile.mkdtemp(prefix="ember-cache-")
+        os.environ["EMBER_CACHE_DIR"] = cache
+        t0 = time.perf_counter()
+        model = ember.compile(path, target="cuda")
+        compile_s = time.perf_counter() - t0
+        ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+        got = model(**feeds)
+        err = max(_rel_err(g, r) for g, r in zip(got, ref))
+        ok &= err <= 1e-4
+        dev_feeds = {k: ember.nd.array(v, dev) for k, v in feeds.items()}
+        t_ember = _median_ms(lambda m=model, f=dev_feeds: m.run_on_device(**f), dev.sync)
+        t_torch = None
+        if net is not None:
+            net = net.cuda()
+            xt = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
+            with torch.no_grad():
+                t_torch = _median_ms(lambda n=net, x=xt: n(*x.values()), torch.cuda.synchronize)
+                tout = net(*xt.values()).cpu().numpy()
+            print(f"{name}: torch eager vs ONNX Runtime max rel err {_rel_err(tout, ref[0]):.1e}")
+        row = {
+            "model": name,
+            "ember_ms": round(t_ember, 3),
+            "torch_eager_ms": None if t_torch is None else round(t_torch, 3),
+            "ratio_vs_torch": None if t_torch is None else round(t_ember / t_torch, 2),
+            "max_rel_err_vs_ort": err,
+            "kernels": model.num_kernels,
+            "compile_s_cold_cache": round(compile_s, 1),
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del os.environ["EMBER_CACHE_DIR"]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "batch": 1, "dtype": "float32",
+            "tf32": False, "timing": "median of 50 synchronised calls after 10 warm-up calls, inputs on the device"}
+    (out / "models_gpu.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1) + "\n")
+    lines = ["| model | ember ms | torch eager ms | ember / torch | max rel err vs ORT | kernels | compile s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['ember_ms']} | {r['torch_eager_ms']} | {r['ratio_vs_torch']} | "
+                     f"{r['max_rel_err_vs_ort']:.1e} | {r['kernels']} | {r['compile_s_cold_cache']} |")
+    (out / "models_gpu.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
