@@ -5,7 +5,9 @@ subclass it to change three things only: how a function is declared (kernel conv
 address spaces), how thread-bound loops and parallel loops are emitted, and how math functions
 are lowered (:meth:`CodeGenLLVM.math_call`). Values of type ``bfloat16`` are computed as float
 and stored as 16-bit integers (rounded to nearest even); ``bool`` is ``i1`` in registers and
-``i8`` in memory.
+``i8`` in memory, as are ``int4``/``uint4``/``int2``/``uint2`` (``iN`` in registers, one byte in
+memory holding the low bits). The 8- and 4-bit float formats are ``i8`` bit patterns that only
+``reinterpret`` (``E.Call(t, "reinterpret", (x,))``, an LLVM bitcast) converts.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class CodeGenLLVM:
             return I8
         if t.kind == "bfloat":
             return I16
+        if t.is_subbyte_int:
+            return I8
         return self.scalar_type(t)
 
     # -- functions --------------------------------------------------------------------------------
@@ -358,6 +362,8 @@ class CodeGenLLVM:
             wide = self.builder.zext(v, i32t)
             shifted = self.builder.shl(wide, self._splat(ir.Constant(I32, 16), t.lanes))
             return self.builder.bitcast(shifted, self.value_type(t))
+        if t.is_subbyte_int:
+            return self.builder.trunc(v, self.value_type(t))
         return v
 
     def _to_memory(self, t: DataType, v: ir.Value) -> ir.Value:
@@ -365,6 +371,8 @@ class CodeGenLLVM:
             return self.builder.zext(v, I8 if t.lanes == 1 else ir.VectorType(I8, t.lanes))
         if t.kind == "bfloat":
             return self._f32_to_bf16_bits(v, t.lanes)
+        if t.is_subbyte_int:
+            return self.builder.zext(v, I8 if t.lanes == 1 else ir.VectorType(I8, t.lanes))
         return v
 
     def _f32_to_bf16_bits(self, v: ir.Value, lanes: int) -> ir.Value:
@@ -567,6 +575,11 @@ class CodeGenLLVM:
         dty = self.value_type(dst.with_lanes(lanes))
         if src.element_of() == dst.element_of():
             return v
+        if src.is_lowp_float or dst.is_lowp_float:
+            raise CodegenError(
+                f"no conversion from {src} to {dst}: 8- and 4-bit float formats are converted by "
+                "ember.ops.lowp (reinterpret the bits), not by a cast"
+            )
         if dst.is_bool:
             zero = ir.Constant(v.type, None)
             return b.fcmp_unordered("!=", v, zero) if src.is_float else b.icmp_unsigned("!=", v, zero)
@@ -635,8 +648,23 @@ class CodeGenLLVM:
         return out
 
     def expr_Call(self, e: E.Call) -> ir.Value:
+        if e.op == "reinterpret":
+            return self.reinterpret(e)
         args = [self.expr(a) for a in e.args]
         return self.math_call(e.op, args, e.dtype, [a.dtype for a in e.args])
+
+    def reinterpret(self, e: E.Call) -> ir.Value:
+        """``reinterpret(x)``: the bits of ``x`` as type ``e.dtype`` of the same width (float32 and
+        uint32, float64 and uint64, a float8/float4 format and uint8)."""
+        (x,) = e.args
+        src, dst = x.dtype, e.dtype
+        width = {t: 8 if t.is_lowp_float else t.bits for t in (src, dst)}
+        if width[src] != width[dst] or src.lanes != dst.lanes or src.kind == "bfloat" or dst.kind == "bfloat" \
+                or src.is_bool or dst.is_bool or src.is_subbyte_int or dst.is_subbyte_int:
+            raise CodegenError(f"reinterpret of {src} as {dst}: the types must have the same width in bits")
+        v = self.expr(x)
+        ty = self.value_type(dst)
+        return v if v.type == ty else self.builder.bitcast(v, ty)
 
     # -- math ---------------------------------------------------------------------------------------
     def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:

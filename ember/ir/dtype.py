@@ -27,8 +27,24 @@ import numpy as np
 
 from ..errors import TypeMismatchError
 
-_KINDS = ("bool", "int", "uint", "float", "bfloat")
+try:  # registers bfloat16, float8_*, int4... with NumPy (np.dtype("bfloat16") works once imported)
+    import ml_dtypes as _ml_dtypes
+except ImportError:  # pragma: no cover - ml_dtypes comes with onnx; only the low-precision types need it
+    _ml_dtypes = None
+
+#: storage-only float formats, named as ``ml_dtypes`` names them (one byte an element)
+LOWP_FLOATS = (
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float4_e2m1fn",
+)
+_KINDS = ("bool", "int", "uint", "float", "bfloat", *LOWP_FLOATS)
 _PATTERN = re.compile(r"^(bool|int|uint|float|bfloat)(\d*)(?:x(\d+))?$")
+_LOWP_PATTERN = re.compile(r"^(" + "|".join(sorted(LOWP_FLOATS, key=len, reverse=True)) + r")(?:x(\d+))?$")
+_ML_NAMES = ("bfloat16", "int4", "uint4", "int2", "uint2", *LOWP_FLOATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +56,12 @@ class DataType:
     lanes: int = 1
 
     def __str__(self) -> str:
-        base = "bool" if self.kind == "bool" else f"{self.kind}{self.bits}"
+        if self.kind == "bool":
+            base = "bool"
+        elif self.kind in LOWP_FLOATS:
+            base = self.kind
+        else:
+            base = f"{self.kind}{self.bits}"
         return base if self.lanes == 1 else f"{base}x{self.lanes}"
 
     __repr__ = __str__
@@ -64,6 +85,16 @@ class DataType:
     def is_bool(self) -> bool:
         """True for the boolean type."""
         return self.kind == "bool"
+
+    @property
+    def is_lowp_float(self) -> bool:
+        """True for the storage-only float formats (``float8_*``, ``float4_e2m1fn``)."""
+        return self.kind in LOWP_FLOATS
+
+    @property
+    def is_subbyte_int(self) -> bool:
+        """True for ``int4``, ``uint4``, ``int2`` and ``uint2`` (one byte each in memory)."""
+        return self.kind in ("int", "uint") and self.bits < 8
 
     @property
     def is_vector(self) -> bool:
@@ -94,6 +125,8 @@ class DataType:
             return np.dtype(np.bool_)
         if self.kind == "bfloat":
             return np.dtype(np.uint16)
+        if self.is_lowp_float or self.is_subbyte_int:
+            return _ml_dtype(str(self.element_of()))
         return np.dtype(f"{self.kind}{self.bits}")
 
     def max_value(self) -> float | int:
@@ -104,7 +137,9 @@ class DataType:
             return float(np.float32(3.3895314e38))
         if self.is_float:
             return float(np.finfo(self.numpy()).max)
-        return int(np.iinfo(self.numpy()).max)
+        if self.is_lowp_float:
+            return float(_ml_dtypes.finfo(self.numpy()).max)
+        return (1 << (self.bits - 1)) - 1 if self.kind == "int" else (1 << self.bits) - 1
 
     def min_value(self) -> float | int:
         """Smallest finite value of the type."""
@@ -112,7 +147,9 @@ class DataType:
             return 0
         if self.is_float:
             return -self.max_value()
-        return int(np.iinfo(self.numpy()).min)
+        if self.is_lowp_float:
+            return float(_ml_dtypes.finfo(self.numpy()).min)
+        return -(1 << (self.bits - 1)) if self.kind == "int" else 0
 
 
 def dtype(value: str | DataType | np.dtype | type) -> DataType:
@@ -121,15 +158,20 @@ def dtype(value: str | DataType | np.dtype | type) -> DataType:
         return value
     if isinstance(value, str):
         text = value.strip()
+        lm = _LOWP_PATTERN.match(text)
+        if lm is not None:
+            return DataType(lm.group(1), 8, int(lm.group(2)) if lm.group(2) else 1)
         m = _PATTERN.match(text)
         if m is None:
             raise TypeMismatchError(
                 f"unknown data type {value!r}: use one of float16, bfloat16, float32, float64, "
-                "int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool"
+                "int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool, int4, uint4, int2, uint2, "
+                f"{', '.join(LOWP_FLOATS)}"
             )
         kind, bits, lanes = m.group(1), m.group(2), m.group(3)
         nbits = 1 if kind == "bool" else int(bits or 0)
-        if kind != "bool" and (nbits not in (8, 16, 32, 64) or (kind == "float" and nbits == 8)):
+        widths = (2, 4, 8, 16, 32, 64) if kind in ("int", "uint") else (8, 16, 32, 64)
+        if kind != "bool" and (nbits not in widths or (kind == "float" and nbits == 8)):
             raise TypeMismatchError(f"unsupported width in data type {value!r}")
         if kind == "bfloat" and nbits != 16:
             raise TypeMismatchError(f"bfloat only exists as bfloat16, not {value!r}")
@@ -140,6 +182,8 @@ def dtype(value: str | DataType | np.dtype | type) -> DataType:
         raise TypeMismatchError(f"cannot interpret {value!r} as a data type") from exc
     if np_dtype == np.bool_:
         return DataType("bool", 1)
+    if _ml_dtypes is not None and np_dtype.name in _ML_NAMES and np_dtype == np.dtype(np_dtype.name):
+        return dtype(np_dtype.name)
     if np_dtype.kind in "iuf":
         kind = {"i": "int", "u": "uint", "f": "float"}[np_dtype.kind]
         return DataType(kind, np_dtype.itemsize * 8)
@@ -153,12 +197,24 @@ FLOAT32 = DataType("float", 32)
 FLOAT64 = DataType("float", 64)
 
 
+def _ml_dtype(name: str) -> np.dtype:
+    """The NumPy dtype ``ml_dtypes`` registers under ``name``."""
+    if _ml_dtypes is None:
+        raise TypeMismatchError(f"data type {name} needs the ml_dtypes package: pip install ml_dtypes")
+    return np.dtype(getattr(_ml_dtypes, name))
+
+
 def promote(a: DataType, b: DataType) -> DataType:
     """The type two operands of types ``a`` and ``b`` are converted to (NumPy's rules, see module doc)."""
     lanes = max(a.lanes, b.lanes)
     a, b = a.element_of(), b.element_of()
     if a == b:
         out = a
+    elif a.is_lowp_float or b.is_lowp_float:
+        raise TypeMismatchError(
+            f"{a} and {b} do not combine: {a if a.is_lowp_float else b} is a storage type that takes no "
+            "arithmetic; convert it to float32 first (ember.ops.lowp, or an ONNX Cast)"
+        )
     elif a.is_bool:
         out = b
     elif b.is_bool:
@@ -172,7 +228,7 @@ def promote(a: DataType, b: DataType) -> DataType:
     elif a.is_float or b.is_float:
         f, i = (a, b) if a.is_float else (b, a)
         # NumPy: int8/uint8 with float16 -> float16, int16 -> float32, int32/64 -> float64.
-        need = {8: 16, 16: 32, 32: 64, 64: 64}[i.bits]
+        need = {16: 32, 32: 64, 64: 64}.get(i.bits, 16)
         out = (
             f
             if f.bits >= need and f.kind == "float"

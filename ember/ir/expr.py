@@ -404,6 +404,8 @@ def const(value: int | float | bool, dt: str | DataType | None = None) -> PrimEx
         return FloatImm(t, float(value))
     if t.is_bool:
         return IntImm(t, int(bool(value)))
+    if t.is_lowp_float:  # a storage format: the constant is the bit pattern of the value, rounded
+        return IntImm(t, int(np.array([value], np.float32).astype(t.numpy()).view(np.uint8)[0]))
     iv = int(value)
     if not (t.min_value() <= iv <= t.max_value()):
         raise TypeMismatchError(f"constant {value} does not fit in {t}")

@@ -8,7 +8,9 @@ from typing import Any
 
 from .. import te
 from ..ir import expr as E
+from ..ir.dtype import dtype as as_dtype
 from ..te import Tensor
+from . import lowp
 from .registry import OpContext, register
 from .util import cast, compute, const_like, dtype_of, elementwise, identity, shape, uname
 
@@ -244,6 +246,17 @@ ONNX_DTYPES = {
     11: "float64",
     12: "uint32",
     13: "uint64",
+    16: "bfloat16",
+    17: "float8_e4m3fn",
+    18: "float8_e4m3fnuz",
+    19: "float8_e5m2",
+    20: "float8_e5m2fnuz",
+    21: "uint4",
+    22: "int4",
+    23: "float4_e2m1fn",
+    24: "float8_e8m0fnu",
+    25: "uint2",
+    26: "int2",
 }
 
 
@@ -255,8 +268,10 @@ def onnx_dtype(code: int, ctx: OpContext) -> str:
     return dt
 
 
-def _cast_value(x: E.PrimExpr, dt: str) -> E.PrimExpr:
+def _cast_value(x: E.PrimExpr, dt: str, saturate: bool = True, round_mode: str = "up") -> E.PrimExpr:
     src = x.dtype
+    if src.is_lowp_float or lowp.is_lowp(dt) or (as_dtype(dt).is_subbyte_int and (src.is_float or src.is_bool)):
+        return lowp.convert(x, dt, saturate, round_mode)
     if src.is_float and dt not in ("bool",) and "int" in dt:
         # NaN/inf casts to integers are undefined; NumPy and ONNX truncate finite values.
         return E.cast(dt, x)
@@ -265,18 +280,30 @@ def _cast_value(x: E.PrimExpr, dt: str) -> E.PrimExpr:
     return cast(x, dt)
 
 
+def _cast_attrs(ctx: OpContext) -> tuple[bool, str]:
+    """``saturate`` (float8 targets) and ``round_mode`` (float8_e8m0fnu targets) of a Cast."""
+    mode = ctx.attr("round_mode", b"up")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode not in lowp.ROUND_MODES:
+        raise ctx.fail(f"round_mode {mode!r} is not supported: use one of {', '.join(lowp.ROUND_MODES)}")
+    return bool(int(ctx.attr("saturate", 1))), mode
+
+
 @register("Cast")
 def cast_op(ctx: OpContext, x: Tensor) -> Tensor:
-    """ONNX Cast to the element type ``to``."""
+    """ONNX Cast to the element type ``to`` (``saturate`` and ``round_mode`` for the float8 types,
+    see :mod:`ember.ops.lowp`)."""
     dt = onnx_dtype(ctx.attr("to"), ctx)
-    return elementwise("cast", [x], lambda v: _cast_value(v, dt), dt)
+    sat, mode = _cast_attrs(ctx)
+    return elementwise("cast", [x], lambda v: _cast_value(v, dt, sat, mode), dt)
 
 
 @register("CastLike")
 def castlike(ctx: OpContext, x: Tensor, like: Tensor) -> Tensor:
     """ONNX CastLike: cast to the element type of the second input."""
     dt = dtype_of(like)
-    return elementwise("castlike", [x], lambda v: _cast_value(v, dt), dt)
+    sat, mode = _cast_attrs(ctx)
+    return elementwise("castlike", [x], lambda v: _cast_value(v, dt, sat, mode), dt)
 
 
 @register("Clip")
@@ -429,11 +456,18 @@ def identity_op(ctx: OpContext, x: Tensor) -> Tensor:
 
 @register("Dropout")
 def dropout(ctx: OpContext, x: Tensor, ratio: Tensor | None = None, training: Tensor | None = None) -> list[Tensor]:
-    """ONNX Dropout in inference mode: the identity, and an all-true mask."""
+    """ONNX Dropout in inference mode, or in training mode with ratio 0 (both deterministic):
+    the identity, and an all-true mask."""
     if ctx.has(2):
         tm = ctx.value(2)
         if tm is not None and bool(tm.reshape(-1)[0]):
-            raise ctx.fail("training mode is not supported; ember compiles for inference")
+            r = ctx.value(1) if ctx.has(1) else None
+            ratio = float(r.reshape(-1)[0]) if r is not None else 0.5
+            if ratio != 0.0:
+                raise ctx.fail(
+                    f"training mode with ratio {ratio} draws random numbers, which ember does not; "
+                    "compile for inference (training_mode false) or use ratio 0"
+                )
     out = identity("dropout", x)
     mask = compute(shape(x), lambda *i: E.const(True, "bool"), name=uname("mask"))
     return [out, mask]

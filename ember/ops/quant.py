@@ -5,7 +5,12 @@
 Scales and zero points are per tensor (a scalar or a one-element vector), per axis (a vector
 along ``axis``) or blocked (the input's shape with ``axis`` divided into blocks of
 ``block_size``). Rounding is to nearest, ties to even, as ONNX's reference (``np.rint``).
-Only integer quantized types are supported: ember has no 2-bit, 4-bit or 8-bit float types.
+Quantized types: uint8, int8, uint16, int16, int4, uint4, int2, uint2 (rounded, plus the zero
+point, saturated to the type's range) and the float formats float8_e4m3fn, float8_e4m3fnuz,
+float8_e5m2, float8_e5m2fnuz (``x / scale`` converted as ONNX ``Cast`` converts, with the
+``saturate`` attribute; their zero point must be 0) and float4_e2m1fn (``x / scale + zero_point``,
+converted with saturation), as ONNX's reference computes them. The float conversions are the
+bit-level code of :mod:`ember.ops.lowp`.
 """
 
 from __future__ import annotations
@@ -13,15 +18,28 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from .. import te
 from ..ir import expr as E
 from ..te import Tensor
+from . import lowp
 from .elemwise import onnx_dtype
 from .nn import conv_pads, conv_tensor
-from .registry import OpContext, register
+from .registry import NeedValue, OpContext, register
 from .util import bcast_load, broadcast_shapes, cast, compute, dtype_of, ints, norm_axis, shape, uname
 
-_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
+_RANGES = {
+    "uint8": (0, 255),
+    "int8": (-128, 127),
+    "uint16": (0, 65535),
+    "int16": (-32768, 32767),
+    "uint4": (0, 15),
+    "int4": (-8, 7),
+    "uint2": (0, 3),
+    "int2": (-2, 1),
+}
+_FLOAT_Q = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float4_e2m1fn")
 _FLOATS = ("float16", "float32", "float64")
 Loader = Callable[[Sequence[Any]], E.PrimExpr]
 
@@ -30,8 +48,20 @@ def _qtype(dt: str, ctx: OpContext) -> tuple[int, int]:
     """The (min, max) of quantized type ``dt``; fails for types ember cannot quantize to."""
     r = _RANGES.get(dt)
     if r is None:
-        raise ctx.fail(f"quantized type {dt} is not supported (ember supports {', '.join(_RANGES)})")
+        raise ctx.fail(f"quantized type {dt} is not supported (ember supports {', '.join((*_RANGES, *_FLOAT_Q))})")
     return r
+
+
+def _check_float_zp(ctx: OpContext, i: int, dt: str) -> None:
+    """A float8 zero point must be 0 (ONNX): fail when it is a constant that is not."""
+    if not ctx.has(i):
+        return
+    try:
+        v = ctx.value(i)
+    except NeedValue:
+        return
+    if v is not None and (v.view(np.uint8) & 0x7F).any():
+        raise ctx.fail(f"the zero point of a {dt} quantization must be 0 (ONNX); give zeros or no zero point")
 
 
 def param_loader(ctx: OpContext, p: Tensor, xs: tuple[int, ...], axis: int, block: int) -> Loader:
@@ -78,6 +108,8 @@ def quantize_linear(ctx: OpContext, x: Tensor, scale: Tensor, zp: Tensor | None 
     odt = dtype_of(zp) if zp is not None else onnx_dtype(ctx.attr("output_dtype", 2) or 2, ctx)
     if zp is not None and ctx.attr("output_dtype") and onnx_dtype(ctx.attr("output_dtype"), ctx) != odt:
         raise ctx.fail(f"output_dtype does not match the zero point's type {odt}")
+    if odt in _FLOAT_Q:
+        return _quantize_float(ctx, x, scale, zp, odt)
     lo, hi = _qtype(odt, ctx)
     axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
     if block < 0:
@@ -96,13 +128,59 @@ def quantize_linear(ctx: OpContext, x: Tensor, scale: Tensor, zp: Tensor | None 
     return compute(xs, body, name=uname("quantize"))
 
 
+def _quantize_float(ctx: OpContext, x: Tensor, scale: Tensor, zp: Tensor | None, odt: str) -> Tensor:
+    """QuantizeLinear to a float format: ``x / scale`` (plus the zero point for float4_e2m1fn)
+    converted with ``saturate`` (float8) or always saturated (float4_e2m1fn)."""
+    xs = shape(x)
+    axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+    if block < 0:
+        raise ctx.fail(f"block_size must be positive, not {block}")
+    if odt != "float4_e2m1fn":
+        _check_float_zp(ctx, 2, odt)
+    sl = param_loader(ctx, scale, xs, axis, block)
+    zl = param_loader(ctx, zp, xs, axis, block) if zp is not None and odt == "float4_e2m1fn" else None
+    prec = ctx.attr("precision")
+    wdt = onnx_dtype(prec, ctx) if prec else _wider_float(dtype_of(x), dtype_of(scale))
+    if wdt not in _FLOATS:
+        raise ctx.fail(f"precision {wdt} is not supported (use float16, float32 or float64)")
+    sat = bool(int(ctx.attr("saturate", 1)))
+
+    def body(*i: Any) -> E.PrimExpr:
+        q = cast(x[i], wdt) / cast(sl(i), wdt)
+        if zl is not None:
+            q = q + cast(lowp.decode(zl(i)), wdt)
+        return lowp.to_lowp(q, odt, saturate=sat)
+
+    return compute(xs, body, name=uname("quantize"))
+
+
+def _dequantize_float(ctx: OpContext, x: Tensor, scale: Tensor) -> Tensor:
+    """DequantizeLinear from a float format: ``float32(x) * scale`` (the zero point must be 0)."""
+    xs = shape(x)
+    if dtype_of(x) != "float4_e2m1fn":
+        _check_float_zp(ctx, 2, dtype_of(x))
+    axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+    sl = param_loader(ctx, scale, xs, axis, block)
+    odt = onnx_dtype(ctx.attr("output_dtype"), ctx) if ctx.attr("output_dtype") else dtype_of(scale)
+    wdt = _wider_float("float32", dtype_of(scale))
+
+    def body(*i: Any) -> E.PrimExpr:
+        return cast(cast(lowp.decode(x[i]), wdt) * cast(sl(i), wdt), odt)
+
+    return compute(xs, body, name=uname("dequantize"))
+
+
 @register("DequantizeLinear")
 def dequantize_linear(ctx: OpContext, x: Tensor, scale: Tensor, zp: Tensor | None = None) -> Tensor:
     """ONNX DequantizeLinear: ``(float32(x) - zero_point) * scale``, of the scale's type (or
     ``output_dtype``)."""
     xs = shape(x)
+    if dtype_of(x) in _FLOAT_Q:
+        return _dequantize_float(ctx, x, scale)
     if dtype_of(x) not in _RANGES and dtype_of(x) != "int32":
-        raise ctx.fail(f"input type {dtype_of(x)} is not supported (ember dequantizes {', '.join(_RANGES)}, int32)")
+        raise ctx.fail(
+            f"input type {dtype_of(x)} is not supported (ember dequantizes {', '.join((*_RANGES, *_FLOAT_Q))}, int32)"
+        )
     axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
     sl = param_loader(ctx, scale, xs, axis, block)
     zl = param_loader(ctx, zp, xs, axis, block) if zp is not None else None
