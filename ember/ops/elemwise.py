@@ -459,6 +459,8 @@ def dropout(ctx: OpContext, x: Tensor, ratio: Tensor | None = None, training: Te
     """ONNX Dropout in inference mode, or in training mode with ratio 0 (both deterministic):
     the identity, and an all-true mask."""
     if ctx.has(2):
+        if ctx.has(1) and ctx.inputs[2] not in ctx.consts:
+            ctx.value(1)  # a run-time training_mode: ask for the ratio too, so both get bound at once
         tm = ctx.value(2)
         if tm is not None and bool(tm.reshape(-1)[0]):
             r = ctx.value(1) if ctx.has(1) else None
