@@ -182,6 +182,8 @@ def simplify(graph: Graph) -> Graph:
 
 
 def _fold_bn(g: Graph, bn: Node, prod: dict[str, Node], cons: dict[str, list[Node]], kept: list[Node]) -> bool:
+    if int(bn.attrs.get("training_mode", 0)):  # normalizes with the batch's statistics: nothing to fold
+        return False
     src = bn.inputs[0]
     conv = prod.get(src)
     if conv is None or conv.op != "Conv" or len(cons.get(src, [])) != 1 or src in g.outputs:

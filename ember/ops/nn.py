@@ -462,10 +462,12 @@ register("GlobalLpPool", pattern="reduce")(_global("lp"))
 
 # -- normalizations -----------------------------------------------------------------------------------
 @register("BatchNormalization")
-def batchnorm(ctx: OpContext, x: Tensor, scale: Tensor, b: Tensor, mean: Tensor, var: Tensor) -> Tensor:
-    """ONNX BatchNormalization in inference mode."""
+def batchnorm(
+    ctx: OpContext, x: Tensor, scale: Tensor, b: Tensor, mean: Tensor, var: Tensor
+) -> Tensor | list[Tensor]:
+    """ONNX BatchNormalization in inference mode, or with ``training_mode=1`` (opset 14+)."""
     if int(ctx.attr("training_mode", 0)):
-        raise ctx.fail("training_mode=1 is not supported; ember compiles for inference")
+        return _batchnorm_training(ctx, x, scale, b, mean, var)
     eps = float(ctx.attr("epsilon", 1e-5))
     dt = dtype_of(x)
 
@@ -473,6 +475,45 @@ def batchnorm(ctx: OpContext, x: Tensor, scale: Tensor, b: Tensor, mean: Tensor,
         return (x[(n, c) + r] - mean[c]) / te.sqrt(var[c] + const_like(eps, dt)) * scale[c] + b[c]
 
     return compute(shape(x), body, name=uname("batchnorm"))
+
+
+def _batchnorm_training(
+    ctx: OpContext, x: Tensor, scale: Tensor, b: Tensor, mean: Tensor, var: Tensor
+) -> list[Tensor]:
+    """BatchNormalization with ``training_mode=1``: ``Y`` normalized with the batch's own mean and
+    (population) variance over every axis but the channel, and the running statistics
+    ``input * momentum + batch * (1 - momentum)``. Statistics of float16 inputs are computed in
+    float32."""
+    s = shape(x)
+    if len(s) < 2:
+        raise ctx.fail(f"X must have a channel axis (rank >= 2), got shape {s}")
+    eps = float(ctx.attr("epsilon", 1e-5))
+    mom = float(ctx.attr("momentum", 0.9))
+    dt = dtype_of(x)
+    wide = "float32" if dt == "float16" else dt
+    xw = x if wide == dt else compute(s, lambda *i: cast(x[i], wide), name=uname("bn_wide"))
+    axes = [a for a in range(len(s)) if a != 1]
+    bm, bv = _moments(xw, axes, "bn_train")
+
+    def at(t: Tensor, c: Any) -> Any:
+        return t[(0, c) + (0,) * (len(s) - 2)]
+
+    def body(n: Any, c: Any, *r: Any) -> Any:
+        xv = cast(x[(n, c) + r], wide)
+        y = (xv - at(bm, c)) / te.sqrt(at(bv, c) + const_like(eps, wide)) * cast(scale[c], wide) + cast(b[c], wide)
+        return cast(y, dt)
+
+    def running(t: Tensor, batch: Tensor) -> Tensor:
+        return compute(
+            (s[1],),
+            lambda c: cast(
+                cast(t[c], wide) * const_like(mom, wide) + at(batch, c) * const_like(1.0 - mom, wide), dtype_of(t)
+            ),
+            name=uname("bn_running"),
+        )
+
+    y = compute(s, body, name=uname("batchnorm_train"))
+    return [y, running(mean, bm), running(var, bv)]
 
 
 def _moments(x: Tensor, axes: list[int], name: str) -> tuple[Tensor, Tensor]:
