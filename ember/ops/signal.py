@@ -181,3 +181,50 @@ def _window(name: str, terms: list[float]):  # noqa: ANN202 - returns the operat
 register("HannWindow")(_window("HannWindow", [0.5, 0.5]))
 register("HammingWindow")(_window("HammingWindow", [25.0 / 46.0, 1.0 - 25.0 / 46.0]))
 register("BlackmanWindow")(_window("BlackmanWindow", [0.42, 0.5, 0.08]))
+
+
+@register("MelWeightMatrix")
+def mel_weight_matrix(
+    ctx: OpContext, num_mel_bins: Tensor, dft_length: Tensor, sample_rate: Tensor, lower: Tensor, upper: Tensor
+) -> Tensor:
+    """ONNX MelWeightMatrix: ``(dft_length // 2 + 1, num_mel_bins)`` triangular filters with peaks
+    of 1, their edges at ``num_mel_bins + 2`` points evenly spaced on the mel scale
+    ``2595 log10(1 + f / 700)`` between the edge frequencies, mapped to spectrogram bins
+    ``floor((dft_length + 1) f / sample_rate)``. The two sizes must be known when compiling;
+    the rate and edge frequencies are read at run time."""
+    nmel = _scalar_value(ctx, 0, "num_mel_bins")
+    dftl = _scalar_value(ctx, 1, "dft_length")
+    if nmel is None or dftl is None or nmel < 1 or dftl < 1:
+        raise ctx.fail(f"num_mel_bins ({nmel}) and dft_length ({dftl}) must be positive")
+    dt = onnx_dtype(ctx.attr("output_datatype", 1), ctx)
+    if not dt.startswith("float"):
+        raise ctx.fail(f"output_datatype {dt} is not a floating-point type")
+    nspec = dftl // 2 + 1
+    ln10 = math.log(10.0)
+
+    def scalar(t: Tensor) -> E.PrimExpr:
+        return cast(t[(0,) * len(shape(t))], "float64")
+
+    def mel(f: E.PrimExpr) -> E.PrimExpr:
+        return _f64(2595.0 / ln10) * E.Call(f.dtype, "log1p", (f / _f64(700.0),))
+
+    def edge(k: Any) -> E.PrimExpr:
+        lo, hi = mel(scalar(lower)), mel(scalar(upper))
+        m = cast(k, "float64") * ((hi - lo) / _f64(nmel + 2)) + lo
+        hz = _f64(700.0) * E.Call(m.dtype, "expm1", (m / _f64(2595.0) * _f64(ln10),))
+        return cast(te.floor(_f64(dftl + 1) * hz / scalar(sample_rate)), "int64")
+
+    def body(j: Any, i: Any) -> E.PrimExpr:
+        lo, c, hi = edge(i), edge(i + 1), edge(i + 2)
+        jj = cast(j, "int64")
+        jf, lf, cf, hf = (cast(v, "float64") for v in (jj, lo, c, hi))
+        zero = _f64(0.0)
+        rise = te.if_then_else(
+            c > lo,
+            te.if_then_else((jj >= lo) & (jj <= c), (jf - lf) / (cf - lf), zero),
+            te.if_then_else(jj == c, _f64(1.0), zero),
+        )
+        falling = (hi > c) & (jj >= c) & (jj < hi)
+        return cast(te.if_then_else(falling, (hf - jf) / (hf - cf), rise), dt)
+
+    return compute((nspec, nmel), body, name=uname("mel_weight_matrix"))
