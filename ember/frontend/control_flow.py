@@ -421,8 +421,10 @@ class _Expander:
             items = tuple(self._bound_value(name, et, v, i) for i, v in enumerate(value))
             return Seq(items, int(et.tensor_type.elem_type))  # type: ignore[arg-type]
         if kind == "optional_type":
-            if value is None:
-                return Opt(None)
+            if value is None or (
+                isinstance(value, np.ndarray) and value.dtype == object and value.shape == () and value.item() is None
+            ):
+                return Opt(None)  # None, or np.asarray(None)
             return Opt(self._bound_value(name, tp.optional_type.elem_type, value, idx))
         raise UnsupportedOpError({f"input {name!r} of type {kind}": 1})
 
@@ -747,6 +749,12 @@ class _Expander:
         while trips is None or i < trips:
             if active is False:
                 break
+            if trips is None and not isinstance(active, bool):
+                raise self.need(
+                    active,
+                    f"Loop node {name!r} has no trip count and a run-time condition, so its iteration count is "
+                    "not static",
+                )
             if trips is None and i >= MAX_UNROLL:
                 raise FrontendError(
                     f"Loop node {name!r} has no trip count and its condition did not fold to false within "

@@ -157,6 +157,9 @@ def _op_key(n: Any) -> str:
 def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """Convert an ONNX model (path, bytes or ModelProto) to ember's graph IR."""
     m = load_model(model)
+    from .control_flow import expand_control_flow  # If/Loop/Scan, sequences, optionals: unrolled
+
+    m = expand_control_flow(m, input_shapes)
     opset = 1
     for imp in m.opset_import:
         if imp.domain in ("", "ai.onnx"):

@@ -273,7 +273,9 @@ class CompiledModel:
         return getattr(self._mem, "device", None) or cpu(0)
 
     def _prepare(self, name: str, value: Any, spec: dict[str, Any]) -> Any:
-        value = self._mem.accept(name, value)
+        from ..ops.lowp import host_input
+
+        value = self._mem.accept(name, host_input(value, spec["dtype"]))
         want_dt, want_shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
         if np.dtype(value.dtype) != want_dt:
             raise ArgumentError(
