@@ -14,6 +14,7 @@ import numpy as np
 from .. import te
 from ..ir import expr as E
 from ..te import Tensor
+from .depthwise import depthwise_conv2d, is_depthwise
 from .reduce import reduce_tensor
 from .registry import OpContext, register
 from .transform import pad_tensor
@@ -193,6 +194,8 @@ def conv_tensor(
         return te.sum(xp[xi] * w[(m, rc.var) + tuple(r.var for r in rk)], axis=[rc] + rk)
 
     attrs = {"strides": strides, "dilations": dil, "pads": (lo, hi), "groups": groups}
+    if is_depthwise(x, w, groups):
+        return depthwise_conv2d(x, w, bias, strides, dil, lo, hi)
     out = compute((N, M) + out_sp, body, name=uname("conv"), tag="conv", attrs=attrs)
     if bias is None:
         return out

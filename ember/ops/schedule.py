@@ -61,11 +61,12 @@ def schedule_group(outs: Sequence[Tensor], keep: set[str], parallel: bool = True
             stage.compute_inline()
     from .cpu_fast import schedule_fast
 
+    handled: set[int] = set()
     for stage in list(s.stages):
         op = stage.op
-        if isinstance(op, PlaceholderOp) or stage.attach == "inline":
+        if isinstance(op, PlaceholderOp) or stage.attach == "inline" or id(op) in handled:
             continue
-        if parallel and schedule_fast(s, stage):
+        if parallel and schedule_fast(s, stage, handled):
             continue
         if stage.attach == "root":
             if isinstance(op, ComputeOp) and op.is_reduction and op.axis:
