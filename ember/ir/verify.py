@@ -43,7 +43,9 @@ class _Verifier(Visitor):
         return indices[0].dtype.lanes
 
     def visit(self, node: Any) -> None:
-        if isinstance(node, _ARITH) and not (node.a.dtype == node.b.dtype == node.dtype):
+        if isinstance(node, (*_ARITH, E.CmpOp)) and node.a.dtype.is_lowp_float:
+            self.fail(node, f"{type(node).__name__} of {node.a.dtype}, a storage type: convert it with ember.ops.lowp")
+        elif isinstance(node, _ARITH) and not (node.a.dtype == node.b.dtype == node.dtype):
             self.fail(node, f"{type(node).__name__} of {node.a.dtype} and {node.b.dtype} typed {node.dtype}")
         elif isinstance(node, E.CmpOp) and (node.a.dtype != node.b.dtype or not node.dtype.is_bool):
             self.fail(node, f"comparison of {node.a.dtype} and {node.b.dtype}")

@@ -26,6 +26,9 @@ Semantics (those of the ONNX ``Cast`` operator and its reference, which uses ``m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from .. import te
 from ..ir import expr as E
@@ -133,9 +136,9 @@ def decode(x: E.PrimExpr) -> E.PrimExpr:
     man = _low(u, f.mbits)
     normal = _shl(sign, 31) + _shl(ex + _u(127 - f.bias), 23) + _shl(man, 23 - f.mbits)
     sub = E.cast(F32, man) * E.const(2.0 ** (1 - f.bias - f.mbits), F32)
-    sub = te.if_then_else(sign == _u(1), E.const(0.0, F32) - sub, sub)
+    sub = te.if_then_else(sign == _u(1), sub * E.const(-1.0, F32), sub)  # -0.0 stays negative
     val = te.if_then_else(ex == _u(0), sub, reinterpret(normal, F32))
-    nan = E.const(float("nan"), F32)
+    nan = reinterpret(_shl(sign, 31) + _u(0x7FC00000), F32)  # a quiet NaN with the sign of x
     top = (1 << f.ebits) - 1
     if f.nan == "ieee":
         inf = te.if_then_else(sign == _u(1), E.const(float("-inf"), F32), E.const(float("inf"), F32))
@@ -269,3 +272,14 @@ def convert(x: E.PrimExpr, dt: str, saturate: bool = True, round_mode: str = "up
     if as_dtype(dt).is_subbyte_int:
         return to_subbyte_int(x, dt)
     raise ValueError(f"convert from {src} to {dt}: neither is a low-precision type")
+
+
+def host_input(value: Any, dt: str) -> Any:
+    """A model input at the executor boundary: an ember CPU ``NDArray`` of bfloat16 for a
+    bfloat16 input becomes a NumPy ``ml_dtypes.bfloat16`` view of its storage (no copy; its
+    ``numpy()`` would give float32); anything else is returned unchanged."""
+    from ..runtime.ndarray import NDArray
+
+    if isinstance(value, NDArray) and value.dtype == "bfloat16" == dt and value.device.kind == "cpu":
+        return value._data.view(np.dtype("bfloat16"))  # registered by ml_dtypes (ember.ir.dtype)
+    return value
