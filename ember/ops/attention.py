@@ -11,6 +11,7 @@ from .. import te
 from ..ir import expr as E
 from ..te import Tensor
 from .elemwise import onnx_dtype
+from .reduce import acc_dtype
 from .registry import OpContext, register
 from .util import bcast_load, cast, compute, const_like, dtype_of, shape, uname
 
@@ -71,15 +72,12 @@ def attention(
     zero = const_like(0, dt)
 
     k = te.reduce_axis((0, D), name="kd")
-    acc = "float32" if dt == "float16" else dt  # half inputs accumulate in float32
+    acc = acc_dtype(dt)  # half inputs accumulate in float32
     qk_acc = compute(
         (B, QH, S, L),
         lambda b, h, i, j: te.sum(
-            cast(
-                (Q[b, h, i, k.var] * const_like(sq, dt))
-                * (pk[b, E.floordiv(h, rep) if rep > 1 else h, j, k.var] * const_like(sq, dt)),
-                acc,
-            ),
+            cast(Q[b, h, i, k.var] * const_like(sq, dt), acc)
+            * cast(pk[b, E.floordiv(h, rep) if rep > 1 else h, j, k.var] * const_like(sq, dt), acc),
             axis=k,
         ),
         name=uname("attn_qk_acc"),
@@ -142,10 +140,13 @@ def attention(
         (B, QH, S, L), lambda b, h, i, j: te.exp(scores[b, h, i, j] - safe_max(b, h, i)), name=uname("attn_exp")
     )
     js = te.reduce_axis((0, L), name="js")
-    ssum = compute((B, QH, S), lambda b, h, i: te.sum(ex[b, h, i, js.var], axis=js), name=uname("attn_sum"))
+    # a float16 sum accumulates in float32 and is rounded once, as the reference's NumPy sum
+    ssum = compute(
+        (B, QH, S), lambda b, h, i: te.sum(cast(ex[b, h, i, js.var], acc_dtype(sdt)), axis=js), name=uname("attn_sum")
+    )
 
     def prob(b: Any, h: Any, i: Any, j: Any) -> Any:
-        s = ssum[b, h, i]
+        s = cast(ssum[b, h, i], sdt)
         p = ex[b, h, i, j] / te.if_then_else(s == zero_s, const_like(1, sdt), s)
         return cast(te.if_then_else(bmx[b, h, i] == neg_inf, zero_s, p), dt)
 
@@ -154,7 +155,8 @@ def attention(
     y_acc = compute(
         (B, QH, S, DV),
         lambda b, h, i, d: te.sum(
-            cast(probs[b, h, i, jv.var] * pv[b, E.floordiv(h, rep) if rep > 1 else h, jv.var, d], acc), axis=jv
+            cast(probs[b, h, i, jv.var], acc) * cast(pv[b, E.floordiv(h, rep) if rep > 1 else h, jv.var, d], acc),
+            axis=jv,
         ),
         name=uname("attn_y_acc"),
     )

@@ -15,7 +15,7 @@ from .. import te
 from ..ir import expr as E
 from ..te import Tensor
 from .depthwise import depthwise_conv2d, is_depthwise
-from .reduce import reduce_tensor
+from .reduce import acc_dtype, reduce_tensor
 from .registry import OpContext, register
 from .transform import pad_tensor
 from .util import bcast_load, broadcast_shapes, cast, compute, const_like, dtype_of, ints, norm_axis, shape, uname
@@ -42,6 +42,8 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul") -> Tensor:
         return _matmul_packed(a, b, batch, M, K, N)
     k = te.reduce_axis((0, K), name="k")
     nb = len(batch)
+    dt = dtype_of(a)
+    wide = acc_dtype(dt) if dtype_of(b) == dt else dt  # float16 products accumulate in float32
 
     def body(*i: Any) -> Any:
         bi = i[:nb]
@@ -58,9 +60,14 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul") -> Tensor:
         )
         av = a[ia + ((m,) if not a1 else ()) + (k.var,)]
         bv = b[ib + (k.var,) + ((n,) if not b1 else ())]
+        if wide != dt:
+            av, bv = cast(av, wide), cast(bv, wide)
         return te.sum(av * bv, axis=k)
 
-    return compute(out, body, name=uname(name), tag="matmul")
+    mm = compute(out, body, name=uname(name), tag="matmul")
+    if wide == dt:
+        return mm
+    return compute(out, lambda *i: cast(mm[i], dt), name=uname(name + "_round"))
 
 
 def _matmul_packed(a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int, N: int) -> Tensor:
@@ -121,12 +128,16 @@ def gemm(ctx: OpContext, a: Tensor, b: Tensor, c: Tensor | None = None) -> Tenso
     N = sb[0] if tb else sb[1]
     k = te.reduce_axis((0, K), name="k")
     dt = dtype_of(a)
-    mm = compute(
-        (M, N),
-        lambda i, j: te.sum((a[k.var, i] if ta else a[i, k.var]) * (b[j, k.var] if tb else b[k.var, j]), axis=k),
-        name=uname("gemm"),
-        tag="matmul",
-    )
+    wide = acc_dtype(dt)  # float16 products accumulate in float32, rounded once
+
+    def prod(i: Any, j: Any) -> Any:
+        av, bv = (a[k.var, i] if ta else a[i, k.var]), (b[j, k.var] if tb else b[k.var, j])
+        return cast(av, wide) * cast(bv, wide) if wide != dt else av * bv
+
+    mm = compute((M, N), lambda i, j: te.sum(prod(i, j), axis=k), name=uname("gemm"), tag="matmul")
+    if wide != dt:
+        wide_mm = mm
+        mm = compute((M, N), lambda i, j: cast(wide_mm[i, j], dt), name=uname("gemm_round"))
     if c is None and alpha == 1.0:
         return mm
 
@@ -183,6 +194,8 @@ def conv_tensor(
     out_sp = tuple((sx[2 + d] + lo[d] + hi[d] - ((ksp[d] - 1) * dil[d] + 1)) // strides[d] + 1 for d in range(nsp))
     if nsp == 2 and groups == 1 and dtype_of(x) == "float32" and dtype_of(w) == "float32":
         return _conv2d_packed(x, w, bias, strides, dil, lo, out_sp)
+    if is_depthwise(x, w, groups):
+        return depthwise_conv2d(x, w, bias, strides, dil, lo, hi)
     xp = pad_tensor(x, [0, 0] + lo, [0, 0] + hi) if any(lo) or any(hi) else x
     rc = te.reduce_axis((0, Cg), name="rc")
     rk = [te.reduce_axis((0, ksp[d]), name=f"rk{d}") for d in range(nsp)]
@@ -194,8 +207,6 @@ def conv_tensor(
         return te.sum(xp[xi] * w[(m, rc.var) + tuple(r.var for r in rk)], axis=[rc] + rk)
 
     attrs = {"strides": strides, "dilations": dil, "pads": (lo, hi), "groups": groups}
-    if is_depthwise(x, w, groups):
-        return depthwise_conv2d(x, w, bias, strides, dil, lo, hi)
     out = compute((N, M) + out_sp, body, name=uname("conv"), tag="conv", attrs=attrs)
     if bias is None:
         return out

@@ -14,6 +14,12 @@ from .registry import OpContext, register
 from .util import cast, compute, const_like, dtype_of, ints, norm_axis, shape, uname
 
 
+def acc_dtype(dt: str) -> str:
+    """The accumulator type of a sum of ``dt`` values: float32 for float16 (as NumPy's float16
+    sums and matrix products, and ONNX Runtime, accumulate), ``dt`` itself otherwise."""
+    return "float32" if dt in ("float16", "bfloat16") else dt
+
+
 def reduce_tensor(
     x: Tensor,
     axes: list[int],
@@ -21,12 +27,18 @@ def reduce_tensor(
     reducer: Any,
     fmap: Callable[[Any], Any] | None = None,
     name: str = "reduce",
+    widen: bool = False,
 ) -> Tensor:
-    """Reduce ``x`` over ``axes`` with a te reducer (``te.sum``...), mapping elements by ``fmap``."""
+    """Reduce ``x`` over ``axes`` with a te reducer (``te.sum``...), mapping elements by ``fmap``.
+
+    A sum of float16 values accumulates in float32 (:func:`acc_dtype`) and is rounded to float16
+    once at the end; with ``widen`` the float32 sum is returned unrounded (for a caller that
+    divides it first, as NumPy's float16 mean does)."""
     s = shape(x)
     axes = sorted(set(axes))
     rax = {a: te.reduce_axis((0, s[a]), name=f"r{a}") for a in axes}
     out = tuple((1 if a in rax else d) for a, d in enumerate(s) if keepdims or a not in rax)
+    narrow: list[str] = []
 
     def body(*i: Any) -> Any:
         idx, k = [], 0
@@ -42,9 +54,16 @@ def reduce_tensor(
         v = fmap(v) if fmap is not None else v
         if not rax:
             return v
+        vdt = str(v.dtype)
+        if reducer is te.sum and acc_dtype(vdt) != vdt:
+            narrow.append(vdt)
+            v = cast(v, acc_dtype(vdt))
         return reducer(v, axis=[rax[a] for a in axes])
 
-    return compute(out, body, name=uname(name))
+    r = compute(out, body, name=uname(name))
+    if not narrow or widen:
+        return r
+    return compute(out, lambda *i: cast(r[i], narrow[0]), name=uname(name + "_round"))
 
 
 def _reduce_axes(ctx: OpContext, x: Tensor) -> list[int] | None:
@@ -88,11 +107,12 @@ def _make_reduce(kind: str) -> Any:
         if kind == "ReduceProd":
             return reduce_tensor(x, axes, keep, te.prod, name="rprod")
         if kind == "ReduceMean":
-            r = reduce_tensor(x, axes, keep, te.sum, name="rmean_sum")
+            r = reduce_tensor(x, axes, keep, te.sum, name="rmean_sum", widen=True)
+            rdt = dtype_of(r)
             return compute(
                 shape(r),
                 lambda *i: cast(
-                    r[i] / const_like(count, dt) if "float" in dt else E.truncdiv(r[i], const_like(count, dt)), dt
+                    r[i] / const_like(count, rdt) if "float" in dt else E.truncdiv(r[i], const_like(count, rdt)), dt
                 ),
                 name=uname("rmean"),
             )
