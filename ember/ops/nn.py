@@ -298,13 +298,16 @@ def conv_transpose(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None
         target = oshape[-nsp:] if oshape else [sx[2 + d] * strides[d] for d in range(nsp)]
         lo, hi = [], []
         for d in range(nsp):
+            # the spec's split of the total padding: SAME_UPPER puts the odd one at the end,
+            # SAME_LOWER and NOTSET (an explicit output_shape) at the start; floor division, so a
+            # negative total (output_shape larger than the full result) appends zeros at the end
             total = full[d] - target[d]
-            if auto == "SAME_LOWER":
-                lo.append(total - total // 2)
-                hi.append(total // 2)
-            else:
+            if auto == "SAME_UPPER":
                 lo.append(total // 2)
                 hi.append(total - total // 2)
+            else:
+                lo.append(total - total // 2)
+                hi.append(total // 2)
     else:
         p = ints(ctx.attr("pads")) or [0] * (2 * nsp)
         lo, hi = p[:nsp], p[nsp:]

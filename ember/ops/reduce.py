@@ -348,14 +348,18 @@ def topk(ctx: OpContext, x: Tensor, k_t: Tensor | None = None) -> list[Tensor]:
 
 @register("LpNormalization", pattern="reduce")
 def lp_norm(ctx: OpContext, x: Tensor) -> Tensor:
-    """ONNX LpNormalization (p = 1 or 2) along ``axis``."""
+    """ONNX LpNormalization (p = 1 or 2) along ``axis``; a slice whose norm is 0 stays 0."""
     s = shape(x)
     a = norm_axis(ctx.attr("axis", -1), len(s))
     p = int(ctx.attr("p", 2))
+    if p not in (1, 2):
+        raise ctx.fail(f"p={p} is not supported (ONNX allows 1 or 2)")
     r = reduce_tensor(x, [a], True, te.sum, (lambda v: v * v) if p == 2 else te.abs, name="lp_sum")
+    zero = const_like(0, dtype_of(x))
 
     def body(*i: Any) -> Any:
         d = r[tuple(0 if b == a else i[b] for b in range(len(s)))]
-        return x[i] / (te.sqrt(d) if p == 2 else d)
+        norm = te.sqrt(d) if p == 2 else d
+        return te.if_then_else(norm == zero, zero, x[i] / norm)
 
     return compute(s, body, name=uname("lpnorm"))

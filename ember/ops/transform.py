@@ -434,6 +434,8 @@ def depth_to_space(ctx: OpContext, x: Tensor) -> Tensor:
     b = int(ctx.attr("blocksize"))
     mode = ctx.attr("mode", b"DCR")
     mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("DCR", "CRD"):
+        raise ctx.fail(f"mode={mode!r} is not one of 'DCR', 'CRD'")
     n, c, h, w = shape(x)
     oc = c // (b * b)
 
@@ -447,12 +449,20 @@ def depth_to_space(ctx: OpContext, x: Tensor) -> Tensor:
 
 @register("SpaceToDepth")
 def space_to_depth(ctx: OpContext, x: Tensor) -> Tensor:
-    """ONNX SpaceToDepth."""
+    """ONNX SpaceToDepth, DCR (block offset outermost in the output channel) or CRD (channel
+    outermost) mode."""
     b = int(ctx.attr("blocksize"))
+    mode = ctx.attr("mode", b"DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("DCR", "CRD"):
+        raise ctx.fail(f"mode={mode!r} is not one of 'DCR', 'CRD'")
     n, c, h, w = shape(x)
 
     def body(i: Any, cc: Any, y: Any, xx: Any) -> Any:
-        blk, src_c = E.floordiv(cc, c), E.floormod(cc, c)
+        if mode == "DCR":
+            blk, src_c = E.floordiv(cc, c), E.floormod(cc, c)
+        else:
+            src_c, blk = E.floordiv(cc, b * b), E.floormod(cc, b * b)
         return x[i, src_c, y * b + E.floordiv(blk, b), xx * b + E.floormod(blk, b)]
 
     return compute((n, c * b * b, h // b, w // b), body, name=uname("s2d"))
