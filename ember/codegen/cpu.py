@@ -126,7 +126,8 @@ def init_llvm() -> None:
 
 @functools.cache
 def load_runtime_libraries() -> None:
-    """Make libgomp's symbols visible to code loaded in this process."""
+    """Make libgomp's symbols (and libgcc_s's support routines, when present) visible to code
+    loaded in this process. Does the work once per process."""
     path = ctypes.util.find_library("gomp")
     if path is None:
         for cand in ("libgomp.so.1", "/usr/lib/x86_64-linux-gnu/libgomp.so.1"):
@@ -143,6 +144,15 @@ def load_runtime_libraries() -> None:
         )
     ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     llvm.load_library_permanently(path)
+    # Compiler support routines LLVM calls for conversions the CPU has no instruction for
+    # (float64 -> float16 is __truncdfhf2 on x86 without AVX512-FP16): GCC's libgcc_s provides them.
+    gcc_s = ctypes.util.find_library("gcc_s")
+    if gcc_s is not None:
+        try:
+            ctypes.CDLL(gcc_s, mode=ctypes.RTLD_GLOBAL)
+            llvm.load_library_permanently(gcc_s)
+        except (OSError, RuntimeError):
+            pass  # a routine it would provide is reported by name when a module needs it
 
 
 def target_machine(target: Target, opt: int = 3) -> llvm.TargetMachine:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import EmberError, ToolchainError
 from ..ir.dtype import dtype
+from .elf import undefined_symbols
 from .module import Function, Module
 
 _CTYPE = {
@@ -91,6 +92,14 @@ def jit_module(compiled: Any, loop_ir: str, target: Any) -> CPUModule:
 
     init_llvm()
     load_runtime_libraries()
+    missing = [n for n in undefined_symbols(compiled.obj) if not llvm.address_of_symbol(n)]
+    if missing:
+        # MCJIT would bind them to address 0 and the first call would crash the process.
+        raise ToolchainError(
+            f"the compiled code needs {', '.join(sorted(missing))}, which no library loaded in this process "
+            "provides (compiler support routines come from libgcc_s.so.1 / compiler-rt, math from libm): "
+            "install them, or avoid the operation that needs them"
+        )
     tm = target_machine(target)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
     engine.add_object_file(llvm.ObjectFileRef.from_data(compiled.obj))

@@ -1,0 +1,55 @@
+"""Objects whose symbols cannot be resolved are refused with an ember error before MCJIT binds
+them to address 0 (which crashed the process at the first call)."""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+import numpy as np
+import pytest
+
+import ember
+from ember import te
+from ember.codegen.cpu import CompiledCPU, init_llvm, target_machine
+from ember.errors import ToolchainError
+from ember.runtime.cpu import jit_module
+from ember.runtime.elf import undefined_symbols
+from ember.target import Target
+
+
+def _object_calling(name: str) -> bytes:
+    init_llvm()
+    mod = ir.Module(name="m")
+    mod.triple = Target("llvm").triple
+    fnty = ir.FunctionType(ir.VoidType(), [])
+    ext = ir.Function(mod, fnty, name)
+    caller = ir.Function(mod, fnty, "caller")
+    b = ir.IRBuilder(caller.append_basic_block())
+    b.call(ext, [])
+    b.ret_void()
+    parsed = llvm.parse_assembly(str(mod))
+    return target_machine(Target("llvm")).emit_object(parsed)
+
+
+def test_undefined_symbols_lists_what_the_object_imports() -> None:
+    obj = _object_calling("ember_test_missing_symbol")
+    assert undefined_symbols(obj) == ["ember_test_missing_symbol"]
+    assert undefined_symbols(b"not an object") == []
+
+
+def test_unresolvable_symbol_raises_instead_of_crashing() -> None:
+    obj = _object_calling("ember_test_missing_symbol")
+    compiled = CompiledCPU("", obj, [], "llvm")
+    with pytest.raises(ToolchainError, match="ember_test_missing_symbol"):
+        jit_module(compiled, "", Target("llvm"))
+
+
+def test_float64_to_float16_runs(rng) -> None:
+    # x86 without AVX512-FP16 converts through a support routine (__truncdfhf2) from libgcc_s
+    A = te.placeholder((37,), "float64", name="A")
+    B = te.compute((37,), lambda i: A[i].astype("float16"), name="B")
+    f = ember.build(te.create_schedule(B.op), [A, B], use_cache=False)
+    a = rng.standard_normal(37) * 100
+    b = ember.nd.array(np.full(37, np.nan, np.float16))
+    f(ember.nd.array(a), b)
+    np.testing.assert_array_equal(b.numpy(), a.astype(np.float16))
