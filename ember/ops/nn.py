@@ -758,14 +758,17 @@ def resize(ctx: OpContext, x: Tensor, *rest: Any) -> Tensor:
             return F(offset) + (of + F(0.5)) / F(scale) - F(0.5)
         if ctm == "pytorch_half_pixel":
             return (of + F(0.5)) / F(scale) - F(0.5) if out[a] > 1 else F(0.0)
+        # the resized length of align_corners and tf_crop_and_resize is scale * length, a
+        # fraction when it comes from a scale (the output has its floor), as in the reference
+        lr = scale * s[a]
         if ctm == "align_corners":
-            return of * F((s[a] - 1) / (out[a] - 1)) if out[a] > 1 else F(0.0)
+            return of * F((s[a] - 1) / (lr - 1)) if lr != 1 else F(0.0)
         if ctm == "asymmetric":
             return of / F(scale)
         if ctm == "tf_crop_and_resize":
             r0, r1 = roi_full[a]
-            if out[a] > 1:
-                return F(r0 * (s[a] - 1)) + of * F((r1 - r0) * (s[a] - 1) / (out[a] - 1))
+            if lr != 1:
+                return F(r0 * (s[a] - 1)) + of * F((r1 - r0) * (s[a] - 1) / (lr - 1))
             return F(0.5 * (r0 + r1) * (s[a] - 1))
         raise ctx.fail(f"coordinate_transformation_mode {ctm} is not supported")
 
