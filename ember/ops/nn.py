@@ -200,14 +200,22 @@ def conv_tensor(
     rc = te.reduce_axis((0, Cg), name="rc")
     rk = [te.reduce_axis((0, ksp[d]), name=f"rk{d}") for d in range(nsp)]
     Mg = M // groups
+    dt = dtype_of(x)
+    wide = acc_dtype(dt) if dtype_of(w) == dt else dt  # float16 products accumulate in float32
 
     def body(n: Any, m: Any, *o: Any) -> Any:
         c = (E.floordiv(m, Mg) * Cg + rc.var) if groups > 1 else rc.var
         xi = (n, c) + tuple(o[d] * strides[d] + rk[d].var * dil[d] for d in range(nsp))
-        return te.sum(xp[xi] * w[(m, rc.var) + tuple(r.var for r in rk)], axis=[rc] + rk)
+        xv, wv = xp[xi], w[(m, rc.var) + tuple(r.var for r in rk)]
+        if wide != dt:
+            xv, wv = cast(xv, wide), cast(wv, wide)
+        return te.sum(xv * wv, axis=[rc] + rk)
 
     attrs = {"strides": strides, "dilations": dil, "pads": (lo, hi), "groups": groups}
     out = compute((N, M) + out_sp, body, name=uname("conv"), tag="conv", attrs=attrs)
+    if wide != dt:
+        wide_out = out
+        out = compute(shape(wide_out), lambda *i: cast(wide_out[i], dt), name=uname("conv_round"))
     if bias is None:
         return out
     return compute(shape(out), lambda n, m, *o: out[(n, m) + o] + bias[m], name=uname("conv_bias"))
@@ -328,9 +336,17 @@ def conv_transpose(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None
             cond = ok if cond is None else cond & ok
             idx.append(q)
         v = te.if_then_else(cond, x[(n, c) + tuple(idx)], const_like(0, dtype_of(x)))
-        return te.sum(v * w[(c, E.floormod(m, Mg)) + tuple(r.var for r in rk)], axis=[rc] + rk)
+        wv = w[(c, E.floormod(m, Mg)) + tuple(r.var for r in rk)]
+        if wide != dt:
+            v, wv = cast(v, wide), cast(wv, wide)
+        return te.sum(v * wv, axis=[rc] + rk)
 
+    dt = dtype_of(x)
+    wide = acc_dtype(dt) if dtype_of(w) == dt else dt  # float16 products accumulate in float32
     out = compute((N, M) + out_sp, body, name=uname("conv_transpose"))
+    if wide != dt:
+        wide_out = out
+        out = compute(shape(wide_out), lambda *i: cast(wide_out[i], dt), name=uname("convt_round"))
     if b is None:
         return out
     return compute(shape(out), lambda n, m, *o: out[(n, m) + o] + b[m], name=uname("convt_bias"))
