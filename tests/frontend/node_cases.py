@@ -37,48 +37,93 @@ def case_ops(case: Any) -> list[str]:
     return sorted({n.op_type for n in case.model.graph.node})
 
 
-def _to_array(x: Any) -> np.ndarray:
-    """One data-set entry as a NumPy array. Some cases store their data as ``TensorProto``s
-    (``np.asarray`` would wrap those in an object array); they are decoded exactly as onnx's own
-    backend runner decodes them (``numpy_helper.to_array``)."""
-    if isinstance(x, np.ndarray):
+def _to_value(x: Any) -> Any:
+    """One data-set entry as onnx's own backend runner passes it: a NumPy array, a list of them
+    for a sequence, None for an empty optional. Some cases store their data as protobufs
+    (``np.asarray`` would wrap those in an object array); they are decoded with ``numpy_helper``
+    exactly as that runner decodes them."""
+    if isinstance(x, np.ndarray) or x is None:
         return x
-    from onnx import TensorProto, numpy_helper
+    from onnx import OptionalProto, SequenceProto, TensorProto, numpy_helper
 
     if isinstance(x, TensorProto):
         return numpy_helper.to_array(x)
+    if isinstance(x, SequenceProto):
+        return [_to_value(e) for e in numpy_helper.to_list(x)]
+    if isinstance(x, OptionalProto):
+        return _to_value(numpy_helper.to_optional(x))
+    if isinstance(x, (list, tuple)):
+        return [_to_value(e) for e in x]
     return np.asarray(x)
 
 
-def _inputs_outputs(case: Any, ds: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _inputs_outputs(case: Any, ds: Any) -> tuple[list[Any], list[Any]]:
     inputs, outputs = ds
-    return [_to_array(x) for x in inputs], [_to_array(x) for x in outputs]
+    return [_to_value(x) for x in inputs], [_to_value(x) for x in outputs]
+
+
+def _bound_shapes(case: Any, names: list[str], inputs: list[Any]) -> dict[str, tuple[int, ...]]:
+    """The shapes of the tensor inputs whose declared shape is symbolic (or absent), taken from the
+    data set: what a user of such a model passes as ``ember.compile(..., input_shapes=...)``."""
+    decl = {i.name: i.type for i in case.model.graph.input}
+    out: dict[str, tuple[int, ...]] = {}
+    for name, x in zip(names, inputs):
+        t = decl[name]
+        if not t.HasField("tensor_type") or not isinstance(x, np.ndarray):
+            continue
+        tt = t.tensor_type
+        if not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim):
+            out[name] = tuple(int(d) for d in x.shape)
+    return out
+
+
+def _check(got: Any, want: Any, case: Any, where: str) -> None:
+    """Compare one output as onnx's runner does: sequences element by element, then shape, dtype
+    and values (floats with the case's tolerances)."""
+    if isinstance(want, list):
+        assert isinstance(got, (list, tuple)), f"{where}: got {type(got).__name__}, expected a sequence"
+        assert len(got) == len(want), f"{where}: {len(got)} elements, expected {len(want)}"
+        for j, (g, w) in enumerate(zip(got, want)):
+            _check(g, w, case, f"{where}[{j}]")
+        return
+    if want is None:
+        assert got is None, f"{where}: got a value, expected an empty optional"
+        return
+    assert isinstance(got, np.ndarray), f"{where}: got {type(got).__name__}, expected an array"
+    assert got.shape == want.shape, f"{where}: shape {got.shape}, expected {want.shape}"
+    assert got.dtype == want.dtype, f"{where}: dtype {got.dtype}, expected {want.dtype}"
+    if want.dtype.name == "bfloat16":
+        # onnx's own backend runner compares bfloat16 outputs in float32 with an rtol of at
+        # least two bfloat16 ulps (2**-6); the same rule here, no looser
+        rtol = max(case.rtol, 2**-6)
+        np.testing.assert_allclose(
+            got.astype(np.float32), want.astype(np.float32), rtol=rtol, atol=case.atol, err_msg=where
+        )
+    elif want.dtype.kind in "fc":
+        np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol, err_msg=where)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=where)
 
 
 def run_case(case: Any) -> None:
-    """Compile and run one case; raises AssertionError (or an ember error) when it does not pass."""
+    """Compile and run one case; raises AssertionError (or an ember error) when it does not pass.
+
+    A model whose inputs have symbolic dimensions is compiled with those inputs' shapes bound
+    from the data set (once per distinct set of shapes)."""
     import ember
 
-    model = ember.compile(case.model, target="llvm")
     names = [i.name for i in case.model.graph.input if i.name not in {t.name for t in case.model.graph.initializer}]
+    models: dict[tuple[Any, ...], Any] = {}
     for ds in case.data_sets:
         inputs, expected = _inputs_outputs(case, ds)
-        outs = model(**dict(zip(names, inputs)))
+        bound = _bound_shapes(case, names, inputs)
+        key = tuple(sorted(bound.items()))
+        if key not in models:
+            models[key] = ember.compile(case.model, target="llvm", input_shapes=bound or None)
+        outs = models[key](**dict(zip(names, inputs)))
         assert len(outs) == len(expected), f"{len(outs)} outputs, expected {len(expected)}"
         for k, (got, want) in enumerate(zip(outs, expected)):
-            assert got.shape == want.shape, f"output {k}: shape {got.shape}, expected {want.shape}"
-            assert got.dtype == want.dtype, f"output {k}: dtype {got.dtype}, expected {want.dtype}"
-            if want.dtype.name == "bfloat16":
-                # onnx's own backend runner compares bfloat16 outputs in float32 with an rtol of at
-                # least two bfloat16 ulps (2**-6); the same rule here, no looser
-                rtol = max(case.rtol, 2**-6)
-                np.testing.assert_allclose(
-                    got.astype(np.float32), want.astype(np.float32), rtol=rtol, atol=case.atol, err_msg=f"output {k}"
-                )
-            elif want.dtype.kind in "fc":
-                np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol, err_msg=f"output {k}")
-            else:
-                np.testing.assert_array_equal(got, want, err_msg=f"output {k}")
+            _check(got, want, case, f"output {k}")
 
 
 def main() -> int:
