@@ -84,6 +84,20 @@ class CPUModule(Module):
             os.replace(path + ".tmp", path)
 
 
+def _resolvable(name: str) -> bool:
+    """True when MCJIT can bind ``name``: a library loaded for LLVM, or the process's global
+    symbols (libc, libm and the libraries loaded with RTLD_GLOBAL)."""
+    import llvmlite.binding as llvm
+
+    if llvm.address_of_symbol(name):
+        return True
+    try:
+        getattr(ctypes.CDLL(None), name)
+    except AttributeError:
+        return False
+    return True
+
+
 def jit_module(compiled: Any, loop_ir: str, target: Any) -> CPUModule:
     """Load a compiled object into this process with MCJIT."""
     import llvmlite.binding as llvm
@@ -92,7 +106,7 @@ def jit_module(compiled: Any, loop_ir: str, target: Any) -> CPUModule:
 
     init_llvm()
     load_runtime_libraries()
-    missing = [n for n in undefined_symbols(compiled.obj) if not llvm.address_of_symbol(n)]
+    missing = [n for n in undefined_symbols(compiled.obj) if not _resolvable(n)]
     if missing:
         # MCJIT would bind them to address 0 and the first call would crash the process.
         raise ToolchainError(
