@@ -33,6 +33,7 @@ from ..ops.schedule_gpu import lift_scalar_reductions, schedule_group_gpu
 from ..ops.util import reset_names, uname
 from ..ops.util import shape as te_shape
 from ..te import ComputeOp
+from ..te.rewrite import rewrite
 from .ir import Graph, TensorInfo
 from .memory import DeviceMemory, HostMemory
 from .passes import Group, build_node, dead_code_elimination, fuse, infer_and_fold, simplify
@@ -124,6 +125,12 @@ def lower_groups(
             seen.add(id(o.op))
             fixed.append(o)
         fname = f"k{k}_{''.join(c if c.isalnum() else '_' for c in gr.name)}"
+        # Packed copies of constants (weights in the layout the GEMM kernels read) are computed
+        # once, now, and read from new constants.
+        consts = {id(t.op): name for name, t in zip(gr.inputs, params) if name in graph.consts}
+        fixed, folded = _fold_constant_stages(fixed, consts, graph, fname)
+        params = params + [t for _, t in folded]
+        gr_inputs = list(gr.inputs) + [n for n, _ in folded]
         # Large intermediate buffers (packed operands, GEMM results) become workspace arguments,
         # so the memory plan provides them instead of a malloc on every call.
         if gpu:
@@ -134,11 +141,53 @@ def lower_groups(
             graph.values[wn] = TensorInfo(te_shape(wt), str(wt.dtype))
         s = schedule_group_gpu(fixed + work, set()) if gpu else schedule_group(fixed + work, set())
         used = {id(st.op) for st in s.stages}
-        ins = [(name, t) for name, t in zip(gr.inputs, params) if id(t.op) in used]
+        ins = [(name, t) for name, t in zip(gr_inputs, params) if id(t.op) in used]
         funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname))
         outs_all = list(gr.outputs) + work_names
         steps.append({"kind": "kernel", "func": fname, "args": [n for n, _ in ins] + outs_all, "nout": len(outs_all)})
     return funcs, steps
+
+
+def _fold_constant_stages(
+    outs: list[te.Tensor], consts: dict[int, str], graph: Graph, fname: str
+) -> tuple[list[te.Tensor], list[tuple[str, te.Tensor]]]:
+    """Layout transforms of constants, computed at compile time. Every stage kept in memory
+    (``tag == "keep"``: a matrix product's right operand packed into column panels) that depends
+    only on constants (directly or through other computed stages) is run once on the CPU; its
+    value becomes a new graph constant, which the kernel reads through a new placeholder instead
+    of repacking on every call. Returns the rewritten outputs and the (constant name,
+    placeholder) pairs to pass."""
+    from .. import build
+    from ..lower import lower
+
+    folded: list[tuple[str, te.Tensor]] = []
+    constant: dict[int, list[te.Tensor]] = {}  # op id -> the constant placeholders it reads
+
+    def fold(op: te.Operation) -> te.Tensor | None:
+        if id(op) in consts:
+            constant[id(op)] = [op.output(0)]
+            return None
+        if not isinstance(op, ComputeOp) or not op.input_tensors:
+            return None
+        if any(id(t.op) not in constant for t in op.input_tensors):
+            return None
+        srcs = list(dict.fromkeys(p for t in op.input_tensors for p in constant[id(t.op)]))
+        constant[id(op)] = srcs
+        if op.tag != "keep" or op.num_outputs != 1:
+            return None
+        t = op.output(0)
+        s = schedule_group([t], set())
+        mod = build(lower(s, srcs + [t], "fold"), target="llvm")
+        value = np.empty(te_shape(t), dtype=str(t.dtype))
+        mod(*[graph.consts[consts[id(x.op)]] for x in srcs], value)
+        name = f"{fname}__const{len(folded)}"
+        graph.consts[name] = value
+        graph.values[name] = TensorInfo(value.shape, str(value.dtype))
+        ph = te.placeholder(te_shape(t), str(t.dtype), name=uname("pk"))
+        folded.append((name, ph))
+        return ph
+
+    return rewrite(outs, fold), folded
 
 
 def _as_vector(t: te.Tensor) -> te.Tensor:
@@ -446,7 +495,9 @@ def compile_graph(graph: Graph, target: str = "llvm", fuse_ops: bool = True, ver
         progress(f"generating code for {len(funcs)} kernels")
         module = build(funcs, target=tgt)
     assign, sizes = plan_memory(g, steps)
-    live_consts = {k: v for k, v in g.consts.items()}
+    # Constants no kernel reads any more (weights that were repacked at compile time) are dropped.
+    read = {a for st in steps for a in (st["args"] if st["kind"] == "kernel" else [st["src"]])} | set(g.outputs)
+    live_consts = {k: v for k, v in g.consts.items() if k in read}
     plan = {
         "inputs": [{"name": i, "shape": list(g.values[i].shape), "dtype": g.values[i].dtype} for i in g.inputs],
         "outputs": [{"name": o, "shape": list(g.values[o].shape), "dtype": g.values[o].dtype} for o in g.outputs],

@@ -120,24 +120,30 @@ def matmul(ctx: OpContext, a: Tensor, b: Tensor) -> Tensor:
 
 @register("Gemm", pattern="heavy")
 def gemm(ctx: OpContext, a: Tensor, b: Tensor, c: Tensor | None = None) -> Tensor:
-    """ONNX Gemm: ``alpha * A' @ B' + beta * C``."""
+    """ONNX Gemm: ``alpha * A' @ B' + beta * C``. Float32 products large enough run on the
+    packed GEMM of :func:`matmul_tensor` (a constant B is packed once, at compile time)."""
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
     sa, sb = shape(a), shape(b)
     M, K = (sa[1], sa[0]) if ta else sa
     N = sb[0] if tb else sb[1]
-    k = te.reduce_axis((0, K), name="k")
     dt = dtype_of(a)
     wide = acc_dtype(dt)  # float16 products accumulate in float32, rounded once
+    if dt == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N >= 256:
+        a2 = compute((M, K), lambda i, kk: a[kk, i], name=uname("gemm_at")) if ta else a
+        b2 = compute((K, N), lambda kk, j: b[j, kk], name=uname("gemm_bt")) if tb else b
+        mm = matmul_tensor(a2, b2, name="gemm")
+    else:
+        k = te.reduce_axis((0, K), name="k")
 
-    def prod(i: Any, j: Any) -> Any:
-        av, bv = (a[k.var, i] if ta else a[i, k.var]), (b[j, k.var] if tb else b[k.var, j])
-        return cast(av, wide) * cast(bv, wide) if wide != dt else av * bv
+        def prod(i: Any, j: Any) -> Any:
+            av, bv = (a[k.var, i] if ta else a[i, k.var]), (b[j, k.var] if tb else b[k.var, j])
+            return cast(av, wide) * cast(bv, wide) if wide != dt else av * bv
 
-    mm = compute((M, N), lambda i, j: te.sum(prod(i, j), axis=k), name=uname("gemm"), tag="matmul")
-    if wide != dt:
-        wide_mm = mm
-        mm = compute((M, N), lambda i, j: cast(wide_mm[i, j], dt), name=uname("gemm_round"))
+        mm = compute((M, N), lambda i, j: te.sum(prod(i, j), axis=k), name=uname("gemm"), tag="matmul")
+        if wide != dt:
+            wide_mm = mm
+            mm = compute((M, N), lambda i, j: cast(wide_mm[i, j], dt), name=uname("gemm_round"))
     if c is None and alpha == 1.0:
         return mm
 

@@ -26,8 +26,8 @@ import numpy as np
 from .. import te
 from ..arith import simplify
 from ..ir import expr as E
-from ..ir.visitor import Mutator
 from ..te import ComputeOp, PlaceholderOp, Tensor
+from ..te.rewrite import rewrite
 from ..te.tensor import IterKind, IterVar, Range
 
 THREADS = 256
@@ -123,62 +123,18 @@ def _schedule_packed_gemm(s: te.Schedule, stage: te.Stage) -> None:
         s[sh].bind(fx, te.thread_axis("threadIdx.x"))
 
 
-class _LoadRewriter(Mutator):
-    """Replaces loads of given tensors: ``T[()]`` of a lifted scalar becomes ``T1[0]``."""
-
-    def __init__(self, mapping: dict[tuple[int, int], Tensor]):
-        self.mapping = mapping
-
-    def visit_ProducerLoad(self, e: E.ProducerLoad) -> E.PrimExpr:
-        e = self.generic_mutate(e)
-        new = self.mapping.get((id(e.producer.op), e.producer.value_index))
-        if new is None:
-            return e
-        idx = tuple(e.indices) if new.shape == e.producer.shape else (E.const(0),)
-        return E.ProducerLoad(new, idx, e.dtype)
-
-    def visit_Reduce(self, e: E.Reduce) -> E.PrimExpr:
-        src = tuple(self.visit(x) for x in e.source)
-        cond = self.visit(e.condition)
-        if all(a is b for a, b in zip(src, e.source)) and cond is e.condition:
-            return e
-        return E.Reduce(e.combiner, src, e.axis, cond, e.value_index, e.dtype)
-
-
 def lift_scalar_reductions(outs: Sequence[Tensor]) -> list[Tensor]:
     """Rewrite the program computing ``outs`` so that no intermediate reduction is a scalar:
     a 0-d reduction becomes a one-element vector (GPU stages need an axis to bind to threads),
     and its readers read element 0. Returns the (rebuilt) outputs; computes the same values."""
-    order: list[te.Operation] = []
-    seen: set[int] = set()
-
-    def visit(op: te.Operation) -> None:
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for t in op.input_tensors:
-            visit(t.op)
-        order.append(op)
-
-    for o in outs:
-        visit(o.op)
     out_ops = {id(o.op) for o in outs}
-    mapping: dict[tuple[int, int], Tensor] = {}
-    for op in order:
-        if not isinstance(op, ComputeOp):
-            continue
-        lift = op.is_reduction and not op.axis and id(op) not in out_ops
-        if not lift and not any((id(t.op), t.value_index) in mapping for t in op.input_tensors):
-            continue
-        rw = _LoadRewriter(mapping)
-        body = [rw.visit(b) for b in op.body]
-        axis = op.axis
-        if lift:
-            axis = (IterVar(Range(E.const(0), E.const(1)), E.Var("ax0"), IterKind.DATA_PAR),)
-        new = ComputeOp(op.name, op.tag, axis, tuple(body), op.attrs)
-        for k in range(op.num_outputs):
-            mapping[(id(op), k)] = new.output(k)
-    return [mapping.get((id(o.op), o.value_index), o) for o in outs]
+
+    def lift(op: te.Operation) -> tuple[IterVar, ...] | None:
+        if isinstance(op, ComputeOp) and op.is_reduction and not op.axis and id(op) not in out_ops:
+            return (IterVar(Range(E.const(0), E.const(1)), E.Var("ax0"), IterKind.DATA_PAR),)
+        return None
+
+    return rewrite(outs, lift)
 
 
 def schedule_group_gpu(outs: Sequence[Tensor], keep: set[str]) -> te.Schedule:
