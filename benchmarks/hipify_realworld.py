@@ -11,6 +11,12 @@ with `ember.hipify` (so headers shared with the CUDA backend, e.g. ggml-common.h
 every translation unit of its CUDA build is compiled with Debian's hipcc for gfx90a (HIP_PLATFORM=amd, no GPU
 needed), with the include directories and defines the project's own CUDA build uses. A failure is recorded
 with its first error and a reason; a header that no Debian 12 package ships is named as such.
+
+hipBLAS, hipCUB/rocPRIM and RCCL have no Debian 12 package: scripts/fetch_hip_lib_headers.sh (called by
+scripts/install_system_deps.sh, and by this script when they are missing) unpacks their headers from Debian's
+archive into /opt/ember-hip-libs (EMBER_HIP_LIBS), which every compile gets as -isystem. The tables follow
+the hipBLAS v2 API (hipDataType, hipblasComputeType_t), which hipBLAS 6.x enables with -DHIPBLAS_V2 (the
+default from hipBLAS 7): every unit is compiled with it.
 """
 
 from __future__ import annotations
@@ -66,7 +72,8 @@ CODEBASES = [
 ]
 
 # HIP library headers that no Debian 12 package ships (apt-cache search finds no hipblas, hipcub, hipfft,
-# hipsolver, miopen, rccl, rocthrust); a unit that fails on one of these cannot be compiled here.
+# hipsolver, miopen, rccl, rocthrust); hipblas, hipcub and rccl come from fetch_hip_lib_headers.sh, so a unit
+# that still fails on one of these names a library that script does not fetch (or could not).
 NOT_INSTALLABLE = {
     "hipblas": "hipBLAS has no Debian 12 package",
     "hipblaslt": "hipBLASLt has no Debian 12 package",
@@ -78,6 +85,19 @@ NOT_INSTALLABLE = {
     "thrust": "rocThrust has no Debian 12 package",
 }
 _FATAL = re.compile(r"fatal error: '([^']+)' file not found")
+ROOT = Path(__file__).resolve().parents[1]
+HIP_LIBS = Path(os.environ.get("EMBER_HIP_LIBS", "/opt/ember-hip-libs"))
+# hipBLAS 6.x takes hipDataType / hipblasComputeType_t (the API the cuBLAS table maps to) only with HIPBLAS_V2
+HIP_DEFINES = ["HIPBLAS_V2"]
+
+
+def hip_lib_headers() -> dict:
+    """Make sure the HIP library headers are unpacked (best effort); their prefix and package versions."""
+    if not (HIP_LIBS / "VERSIONS").is_file():
+        subprocess.run(["bash", str(ROOT / "scripts" / "fetch_hip_lib_headers.sh")], check=False)
+    versions = (HIP_LIBS / "VERSIONS").read_text().split() if (HIP_LIBS / "VERSIONS").is_file() else []
+    include = HIP_LIBS / "usr" / "include"
+    return {"include": str(include) if include.is_dir() else None, "packages": versions}
 
 
 def fetch(cb: dict, dl: Path) -> Path:
@@ -111,11 +131,12 @@ def reason(log: str, rc: int) -> tuple[str, str]:
     return "compile error", first[:300]
 
 
-def compile_one(path: Path, tree: Path, cb: dict, timeout: int) -> dict:
+def compile_one(path: Path, tree: Path, cb: dict, timeout: int, hip_include: str | None) -> dict:
     """hipcc one translated unit for gfx90a."""
     env = dict(os.environ, HIP_PLATFORM="amd")
     cmd = ["hipcc", "--offload-arch=gfx90a", "-x", "hip", "-std=c++17", "-c", str(path), "-o", os.devnull]
-    cmd += [f"-I{tree / inc}" for inc in cb["includes"]] + [f"-D{d}" for d in cb["defines"]]
+    cmd += [f"-I{tree / inc}" for inc in cb["includes"]] + [f"-D{d}" for d in cb["defines"] + HIP_DEFINES]
+    cmd += ["-isystem", hip_include] if hip_include else []
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
@@ -128,7 +149,7 @@ def compile_one(path: Path, tree: Path, cb: dict, timeout: int) -> dict:
     return out
 
 
-def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace) -> dict:
+def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, hip_include: str | None) -> dict:
     """Translate one code base, compile its CUDA units, return its record."""
     src = fetch(cb, dl)
     tree = work / cb["package"]
@@ -147,7 +168,7 @@ def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace) -> di
     compiled: list[dict] = []
     if shutil.which("hipcc") and units:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            compiled = list(pool.map(lambda p: compile_one(p, tree, cb, args.timeout), units))
+            compiled = list(pool.map(lambda p: compile_one(p, tree, cb, args.timeout, hip_include), units))
     refs = total["converted"] + total["unconverted"]
     cuda_files = [f for f in summary["files"] if f["converted"] + f["unconverted"]]
     return {
@@ -172,7 +193,8 @@ def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace) -> di
         "hipcc": {
             "command": "hipcc --offload-arch=gfx90a -x hip -std=c++17 -c UNIT "
             + " ".join(f"-I{i}" for i in cb["includes"])
-            + "".join(f" -D{d}" for d in cb["defines"]),
+            + "".join(f" -D{d}" for d in cb["defines"] + HIP_DEFINES)
+            + (f" -isystem {hip_include}" if hip_include else ""),
             "attempted": len(compiled),
             "ok": sum(1 for c in compiled if c["rc"] == 0),
             "failures_by_reason": dict(Counter(c["reason"] for c in compiled if c["rc"] != 0).most_common()),
@@ -194,11 +216,12 @@ def main() -> int:
     dl = Path(args.dl_dir)
     dl.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hipify_rw_"))
+    libs = hip_lib_headers()
     records = []
     for cb in CODEBASES:
         if args.only and cb["name"] not in args.only and cb["package"] not in args.only:
             continue
-        rec = run_codebase(cb, dl, work, args)
+        rec = run_codebase(cb, dl, work, args, libs["include"])
         records.append(rec)
         h = rec["hipcc"]
         print(
@@ -210,6 +233,8 @@ def main() -> int:
         "hipcc": subprocess.run(["hipcc", "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
         if shutil.which("hipcc")
         else None,
+        "hip_library_headers": libs,
+        "command": "python benchmarks/hipify_realworld.py " + " ".join(sys.argv[1:]),
         "codebases": records,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

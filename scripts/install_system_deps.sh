@@ -3,6 +3,9 @@
 #   lld-22            ld.lld to link AMDGPU code objects (lld 14 rejects code object v6)
 #   hipcc, rocm-device-libs   to compile translated HIP sources for gfx90a without a GPU
 #   libhiprand-dev, librocrand-dev, libhipsparse-dev   headers the hipify corpus compiles against
+# and, unpacked (never installed) under /opt/ember-hip-libs, the headers of HIP libraries that Debian 12 does not
+# package (hipBLAS 6.4 + hipblas-common, hipCUB/rocPRIM 6.4, RCCL 5.4), from Debian unstable, for
+# benchmarks/hipify_realworld.py: see scripts/fetch_hip_lib_headers.sh.
 # Best effort: without root or apt, it says what is missing and the tests that need it skip.
 set -u
 need=()
@@ -10,7 +13,9 @@ command -v ld.lld-22 >/dev/null 2>&1 || need+=(lld-22)
 command -v hipcc >/dev/null 2>&1 || need+=(hipcc)
 [ -d /usr/lib/x86_64-linux-gnu/amdgcn ] || dpkg -s rocm-device-libs >/dev/null 2>&1 || need+=(rocm-device-libs)
 for p in libhiprand-dev librocrand-dev libhipsparse-dev; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
-[ ${#need[@]} -eq 0 ] && exit 0
+here="$(cd "$(dirname "$0")" && pwd)"
+fetch_headers() { [ -x "$here/fetch_hip_lib_headers.sh" ] && "$here/fetch_hip_lib_headers.sh" || true; }
+if [ ${#need[@]} -eq 0 ]; then fetch_headers; exit 0; fi
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
   if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; else
@@ -26,4 +31,5 @@ echo "install_system_deps: installing ${need[*]}"
 $SUDO apt-get update -qq >/dev/null 2>&1 || true
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
   || echo "install_system_deps: apt-get install ${need[*]} failed; their tests will skip" >&2
+fetch_headers
 exit 0

@@ -173,8 +173,12 @@ def header_identifiers(folder: str, skip: tuple[str, ...] = ()) -> frozenset[str
     return frozenset(names)
 
 
+# hipBLAS has no Debian 12 package: scripts/fetch_hip_lib_headers.sh unpacks its headers (Debian unstable's
+# libhipblas-dev 6.4) under EMBER_HIP_LIBS; the cuBLAS table is checked against them when they are there
+_HIP_LIBS = Path(os.environ.get("EMBER_HIP_LIBS", "/opt/ember-hip-libs")) / "usr" / "include"
 HEADER_SETS = {
     "hip": ("/usr/include/hip", ("nvidia_detail", "nvcc_detail")),
+    "hipblas": (str(_HIP_LIBS), ("rocprim", "hipcub", "rccl")),
     "hiprand": ("/usr/include/hiprand", ()),
     "hipsparse": ("/usr/include/hipsparse", ()),
 }

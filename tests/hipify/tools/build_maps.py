@@ -350,6 +350,56 @@ DRIVER_OVERRIDES = {
     "CU_POINTER_ATTRIBUTE_MEMORY_TYPE": "HIP_POINTER_ATTRIBUTE_MEMORY_TYPE",
     "CU_POINTER_ATTRIBUTE_DEVICE_POINTER": "HIP_POINTER_ATTRIBUTE_DEVICE_POINTER",
     "CU_POINTER_ATTRIBUTE_HOST_POINTER": "HIP_POINTER_ATTRIBUTE_HOST_POINTER",
+    # virtual memory management types and enums (the cuMem* functions map by rule)
+    "CUmemAccessDesc": "hipMemAccessDesc",
+    "CUmemAccessDesc_v1": "hipMemAccessDesc",
+    "CUmemAccess_flags": "hipMemAccessFlags",
+    "CU_MEM_ACCESS_FLAGS_PROT_NONE": "hipMemAccessFlagsProtNone",
+    "CU_MEM_ACCESS_FLAGS_PROT_READ": "hipMemAccessFlagsProtRead",
+    "CU_MEM_ACCESS_FLAGS_PROT_READWRITE": "hipMemAccessFlagsProtReadWrite",
+    "CUmemAllocationProp": "hipMemAllocationProp",
+    "CUmemAllocationProp_v1": "hipMemAllocationProp",
+    "CUmemAllocationType": "hipMemAllocationType",
+    "CU_MEM_ALLOCATION_TYPE_INVALID": "hipMemAllocationTypeInvalid",
+    "CU_MEM_ALLOCATION_TYPE_PINNED": "hipMemAllocationTypePinned",
+    "CU_MEM_ALLOCATION_TYPE_MAX": "hipMemAllocationTypeMax",
+    "CUmemAllocationGranularity_flags": "hipMemAllocationGranularity_flags",
+    "CU_MEM_ALLOC_GRANULARITY_MINIMUM": "hipMemAllocationGranularityMinimum",
+    "CU_MEM_ALLOC_GRANULARITY_RECOMMENDED": "hipMemAllocationGranularityRecommended",
+    "CUmemAllocationHandleType": "hipMemAllocationHandleType",
+    "CU_MEM_HANDLE_TYPE_NONE": "hipMemHandleTypeNone",
+    "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR": "hipMemHandleTypePosixFileDescriptor",
+    "CU_MEM_HANDLE_TYPE_WIN32": "hipMemHandleTypeWin32",
+    "CU_MEM_HANDLE_TYPE_WIN32_KMT": "hipMemHandleTypeWin32Kmt",
+    "CUmemGenericAllocationHandle": "hipMemGenericAllocationHandle_t",
+    "CUmemGenericAllocationHandle_v1": "hipMemGenericAllocationHandle_t",
+    "CUmemHandleType": "hipMemHandleType",
+    "CU_MEM_HANDLE_TYPE_GENERIC": "hipMemHandleTypeGeneric",
+    "CUmemLocation": "hipMemLocation",
+    "CUmemLocation_v1": "hipMemLocation",
+    "CUmemLocationType": "hipMemLocationType",
+    "CU_MEM_LOCATION_TYPE_INVALID": "hipMemLocationTypeInvalid",
+    "CU_MEM_LOCATION_TYPE_DEVICE": "hipMemLocationTypeDevice",
+    "CUmemOperationType": "hipMemOperationType",
+    "CU_MEM_OPERATION_TYPE_MAP": "hipMemOperationTypeMap",
+    "CU_MEM_OPERATION_TYPE_UNMAP": "hipMemOperationTypeUnmap",
+    "CUmemPoolProps": "hipMemPoolProps",
+    "CUmemPoolProps_v1": "hipMemPoolProps",
+    "CUmemPoolPtrExportData": "hipMemPoolPtrExportData",
+    "CUmemPoolPtrExportData_v1": "hipMemPoolPtrExportData",
+    "CUmemPool_attribute": "hipMemPoolAttr",
+    "CUmem_advise": "hipMemoryAdvise",
+    "CU_MEM_ADVISE_SET_READ_MOSTLY": "hipMemAdviseSetReadMostly",
+    "CU_MEM_ADVISE_UNSET_READ_MOSTLY": "hipMemAdviseUnsetReadMostly",
+    "CU_MEM_ADVISE_SET_PREFERRED_LOCATION": "hipMemAdviseSetPreferredLocation",
+    "CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION": "hipMemAdviseUnsetPreferredLocation",
+    "CU_MEM_ADVISE_SET_ACCESSED_BY": "hipMemAdviseSetAccessedBy",
+    "CU_MEM_ADVISE_UNSET_ACCESSED_BY": "hipMemAdviseUnsetAccessedBy",
+    "CUmem_range_attribute": "hipMemRangeAttribute",
+    "CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY": "hipMemRangeAttributeReadMostly",
+    "CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION": "hipMemRangeAttributePreferredLocation",
+    "CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY": "hipMemRangeAttributeAccessedBy",
+    "CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION": "hipMemRangeAttributeLastPrefetchLocation",
     # NVRTC -> HIPRTC (hiprtc.h ships with HIP)
     "nvrtcGetPTX": "hiprtcGetCode",
     "nvrtcGetPTXSize": "hiprtcGetCodeSize",
@@ -430,7 +480,6 @@ DEVICE_UNSUPPORTED_ALT = {
     "__isShared": "none",
     "__isGlobal": "none",
     "__prof_trigger": "none",
-    "__trap": "abort()",
     "__brkpt": "none",
     "__stwt": "a plain store",
     "__stcg": "a plain store",
@@ -471,6 +520,9 @@ DEVICE_MAP = {
     # from/to float (round to nearest even) and arithmetic through float, as __nv_bfloat16
     "__nv_bfloat16": "hip_bfloat16",
     "nv_bfloat16": "hip_bfloat16",
+    # CUDA's __trap() aborts the kernel (its own GNU fallback is __builtin_trap()); HIP's device abort() is
+    # __builtin_trap() (amd_device_functions.h)
+    "__trap": "abort",
 }
 # Block-scope atomics: HIP 5.2 has no *_block forms; the device-scope atomic is a correct (stronger-scoped)
 # equivalent: the same result, possibly slower.
@@ -727,17 +779,36 @@ def cublas_names() -> tuple[dict[str, str], dict[str, str]]:
     m["CUBLAS_GEMM_DFALT"] = "HIPBLAS_GEMM_DEFAULT"
     m["CUBLAS_GEMM_DEFAULT_TENSOR_OP"] = "HIPBLAS_GEMM_DEFAULT"
     m["CUBLAS_GEMM_DFALT_TENSOR_OP"] = "HIPBLAS_GEMM_DEFAULT"
+    # math modes: hipBLAS 6 declares hipblasMath_t and hipblasSet/GetMathMode (rocBLAS ignores the TF32 and
+    # tensor-op modes: AMD picks matrix-core paths itself, so the call keeps CUDA's result)
+    m["cublasSetMathMode"] = "hipblasSetMathMode"
+    m["cublasGetMathMode"] = "hipblasGetMathMode"
+    m["cublasMath_t"] = "hipblasMath_t"
+    for mode in ("DEFAULT_MATH", "TENSOR_OP_MATH", "TF32_TENSOR_OP_MATH", "PEDANTIC_MATH"):
+        m[f"CUBLAS_{mode}"] = f"HIPBLAS_{mode}"
+    m["CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION"] = "HIPBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION"
+    # generated by rule above but not declared by hipBLAS 6.4 (checked against its header): reported instead
+    absent = {
+        "Cgemm3m": "hipblasCgemm (no 3M variant)",
+        "Zgemm3m": "hipblasZgemm (no 3M variant)",
+        "SmatinvBatched": "hipblasSgetrfBatched + hipblasSgetriBatched",
+        "DmatinvBatched": "hipblasDgetrfBatched + hipblasDgetriBatched",
+        "CmatinvBatched": "hipblasCgetrfBatched + hipblasCgetriBatched",
+        "ZmatinvBatched": "hipblasZgetrfBatched + hipblasZgetriBatched",
+        "Cspmv": "hipblasChpmv only for Hermitian matrices; none for complex symmetric packed",
+        "Zspmv": "hipblasZhpmv only for Hermitian matrices; none for complex symmetric packed",
+        "Cspr2": "none (hipBLAS has complex spr, not spr2)",
+        "Zspr2": "none (hipBLAS has complex spr, not spr2)",
+        "GetVersion": "hipblasVersionMajor/Minor/Patch macros (hipblas-version.h)",
+    }
+    for base, alt in absent.items():
+        for name in (f"cublas{base}", f"cublas{base}_v2"):
+            m.pop(name, None)
+            uns[name] = alt
     uns.update(
         {
-            "cublasSetMathMode": "none: remove the call (AMD picks matrix-core paths itself)",
-            "cublasGetMathMode": "none",
-            "cublasMath_t": "none",
-            "CUBLAS_DEFAULT_MATH": "none",
-            "CUBLAS_TENSOR_OP_MATH": "none",
-            "CUBLAS_TF32_TENSOR_OP_MATH": "none",
-            "CUBLAS_PEDANTIC_MATH": "none",
             "CUBLAS_STATUS_LICENSE_ERROR": "HIPBLAS_STATUS_UNKNOWN",
-            "cublasSetWorkspace": "none in hipBLAS 5.x",
+            "cublasSetWorkspace": "none in hipBLAS 6.4 (rocBLAS allocates its own workspace)",
             "cublasLtCreate": "hipblasLtCreate (hipBLASLt, ROCm >= 5.7, different header)",
             "cublasLtDestroy": "hipblasLtDestroy (hipBLASLt)",
             "cublasLtMatmul": "hipblasLtMatmul (hipBLASLt)",
@@ -1604,7 +1675,7 @@ def main() -> None:
     )
     write("cusparse", "cuSPARSE -> hipSPARSE", sparse, "hipsparse")
     m, u = cublas_names()
-    write("cublas", "cuBLAS -> hipBLAS", {"map": m, "unsupported": u}, "")
+    write("cublas", "cuBLAS -> hipBLAS", {"map": m, "unsupported": u}, "hipblas")
     m, u = cufft_names()
     write("cufft", "cuFFT -> hipFFT", {"map": m, "unsupported": u}, "")
     m, u = cusolver_names()
