@@ -1,8 +1,11 @@
-"""Assorted operators: ``RotaryEmbedding``, ``SwiGLU``, ``TensorScatter`` and ``Compress``.
+"""Assorted operators: ``RotaryEmbedding``, ``SwiGLU``, ``TensorScatter``, ``Compress``,
+``NonZero`` and ``Unique``.
 
-``Compress``'s output length is the number of true entries of its condition, so the condition
-must be known when the model is compiled (a constant, or an input whose value ember binds
-before compiling); the selection itself (a running count and a search) runs in compiled code.
+``Compress``'s output length is the number of true entries of its condition, ``NonZero``'s the
+number of non-zero elements, ``Unique``'s the number of distinct entries: so those inputs must be
+known when the model is compiled (a constant, or a graph input whose value ember binds before
+compiling: :class:`ember.graph.executor.LazyModel` compiles once per distinct value); the
+selection itself (a running count and a search) runs in compiled code.
 """
 
 from __future__ import annotations
@@ -165,3 +168,144 @@ def compress(ctx: OpContext, x: Tensor, cond: Tensor) -> Tensor:
 
     out = tuple(count if d == ax else src_shape[d] for d in range(len(src_shape)))
     return compute(out, body, name=uname("compress"))
+
+
+def _unravel(k: Any, dims: tuple[int, ...]) -> list[Any]:
+    """The C-order multi-index of flat index ``k`` in a tensor of shape ``dims``."""
+    idx, rem = [], k
+    for d in reversed(dims):
+        idx.append(E.floormod(rem, d))
+        rem = E.floordiv(rem, d)
+    return list(reversed(idx))
+
+
+@register("NonZero", pattern="opaque")
+def nonzero(ctx: OpContext, x: Tensor) -> Tensor:
+    """ONNX NonZero: the indices ``(rank, count)`` of the non-zero elements in C order.
+
+    The count decides the output shape, so the input's value must be known when the model is
+    compiled (as for ``Compress``); the indices are computed by compiled code (a running count
+    and a search) from the tensor read at run time."""
+    v = ctx.value(0)
+    assert v is not None
+    sx = shape(x)
+    if not sx:
+        raise ctx.fail("a scalar input is not supported; give it at least one dimension")
+    n = int(np.prod(sx))
+    count = int(np.count_nonzero(v))
+    zero = const_like(0, dtype_of(x))
+
+    def nz(k: Any) -> E.PrimExpr:
+        return x[tuple(_unravel(k, sx))] != zero
+
+    r = te.reduce_axis((0, n), name="r")
+    rank = compute((n,), lambda k: te.sum(cast(nz(r.var), "int32"), axis=r, where=r.var < k), name=uname("nz_rank"))
+    q = te.reduce_axis((0, n), name="q")
+    pick = compute(
+        (max(count, 1),),
+        lambda j: te.min(te.if_then_else(nz(q.var) & (rank[q.var] == j), q.var, E.const(n, "int32")), axis=q),
+        name=uname("nz_pick"),
+    )
+
+    def body(d: Any, j: Any) -> E.PrimExpr:
+        coords = _unravel(pick[j], sx)
+        out: E.PrimExpr = cast(coords[0], "int64")
+        for a in range(1, len(sx)):
+            out = te.if_then_else(d == a, cast(coords[a], "int64"), out)
+        return out
+
+    return compute((len(sx), count), body, name=uname("nonzero"))
+
+
+@register("Unique", pattern="opaque")
+def unique(ctx: OpContext, x: Tensor) -> list[Tensor]:
+    """ONNX Unique: the distinct elements (or slices along ``axis``), sorted (``sorted=1``,
+    lexicographically for slices) or in order of first occurrence, with the index of each one's
+    first occurrence, the inverse indices and the counts.
+
+    The number of distinct entries decides the output shapes, so the input's value must be known
+    when the model is compiled (as for ``Compress``); the outputs are computed by compiled code
+    from the tensor read at run time (pairwise comparisons, O(n^2) in the number of entries)."""
+    v = ctx.value(0)
+    assert v is not None
+    sx = shape(x)
+    srt = int(ctx.attr("sorted", 1))
+    ax_attr = ctx.attr("axis")
+    if not sx:
+        raise ctx.fail("a scalar input is not supported; give it at least one dimension")
+    if ax_attr is None:
+        ax, n, rest = None, int(np.prod(sx)), ()
+        count = int(np.unique(v.reshape(-1)).size)
+    else:
+        ax = norm_axis(int(ax_attr), len(sx))
+        n, rest = sx[ax], sx[:ax] + sx[ax + 1 :]
+        count = int(np.unique(np.moveaxis(v, ax, 0).reshape(n, -1), axis=0).shape[0])
+    L = int(np.prod(rest)) if rest else 1
+
+    def elem(i: Any, p: Any) -> E.PrimExpr:
+        """Element ``p`` (C order) of entry ``i``: an element, or a slice along ``axis``."""
+        if ax is None:
+            return x[tuple(_unravel(i, sx))]
+        pr = _unravel(p, rest) if rest else []
+        return x[tuple(pr[:ax]) + (i,) + tuple(pr[ax:])]
+
+    # fd[i, j]: the first position where entries i and j differ (L when they are equal)
+    pa = te.reduce_axis((0, L), name="p")
+    fd = compute(
+        (n, n),
+        lambda i, j: te.min(
+            te.if_then_else(elem(i, pa.var) != elem(j, pa.var), pa.var, E.const(L, "int32")), axis=pa
+        ),
+        name=uname("uq_diff"),
+    )
+
+    def eq(i: Any, j: Any) -> E.PrimExpr:
+        return fd[i, j] == L
+
+    def less(i: Any, j: Any) -> E.PrimExpr:
+        p = E.min_expr(fd[i, j], L - 1)
+        return (fd[i, j] < L) & (elem(i, p) < elem(j, p))
+
+    j1 = te.reduce_axis((0, n), name="j1")
+    first_occ = compute(
+        (n,), lambda k: te.min(te.if_then_else(eq(j1.var, k), j1.var, E.const(n, "int32")), axis=j1),
+        name=uname("uq_first"),
+    )
+
+    def is_first(k: Any) -> E.PrimExpr:
+        return first_occ[k] == k
+
+    j2 = te.reduce_axis((0, n), name="j2")
+    # the position of entry k's value among the distinct values
+    if srt:
+        order = compute(
+            (n,), lambda k: te.sum(cast(is_first(j2.var) & less(j2.var, k), "int32"), axis=j2),
+            name=uname("uq_rank"),
+        )
+    else:
+        order = compute(
+            (n,), lambda k: te.sum(cast(is_first(j2.var) & (j2.var < first_occ[k]), "int32"), axis=j2),
+            name=uname("uq_rank"),
+        )
+    q = te.reduce_axis((0, n), name="q")
+    pick = compute(
+        (max(count, 1),),
+        lambda u: te.min(te.if_then_else(is_first(q.var) & (order[q.var] == u), q.var, E.const(n, "int32")), axis=q),
+        name=uname("uq_pick"),
+    )
+    if ax is None:
+        y = compute((count,), lambda u: elem(pick[u], 0), name=uname("unique"))
+    else:
+        y = compute(
+            sx[:ax] + (count,) + sx[ax + 1 :],
+            lambda *i: x[tuple(i[:ax]) + (pick[i[ax]],) + tuple(i[ax + 1 :])],
+            name=uname("unique"),
+        )
+    idx = compute((count,), lambda u: cast(pick[u], "int64"), name=uname("unique_idx"))
+    inv = compute((n,), lambda k: cast(order[k], "int64"), name=uname("unique_inv"))
+    j3 = te.reduce_axis((0, n), name="j3")
+    cnt = compute(
+        (count,), lambda u: te.sum(cast(eq(pick[u], j3.var), "int64"), axis=j3),
+        name=uname("unique_count"),
+    )
+    return [y, idx, inv, cnt]

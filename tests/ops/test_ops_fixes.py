@@ -283,3 +283,57 @@ def test_runner_binds_symbolic_shapes() -> None:
     xs = [np.zeros((5, 3), np.float32), np.zeros(2, np.float32)]
     assert nc._bound_shapes(Case, ["x", "z"], xs) == {"x": (5, 3)}
     assert onnx is not None
+
+
+# -- NonZero and Unique (output shapes from the input's value, known at compile time) -------------------
+@pytest.mark.parametrize("shp", [(37,), (5, 7, 3)])
+def test_nonzero(rng, shp) -> None:
+    x = rng.integers(-2, 3, size=shp).astype(np.float32) * (rng.random(shp) < 0.4)
+    (got,) = run_op("NonZero", [x], consts={0: x})
+    np.testing.assert_array_equal(got, np.array(np.nonzero(x), np.int64))
+
+
+def _np_unique(x, axis, srt):
+    y, idx, inv, cnt = np.unique(x, return_index=True, return_inverse=True, return_counts=True, axis=axis)
+    inv = inv.reshape(-1)
+    if not srt:  # order of first occurrence
+        order = np.argsort(idx, kind="stable")
+        y = np.take(y, order, axis=0 if axis is None else axis)
+        idx, cnt = idx[order], cnt[order]
+        inv = np.argsort(order)[inv]
+    return y, idx, inv, cnt
+
+
+@pytest.mark.parametrize("axis,srt,dt", [(None, 1, "int32"), (None, 0, "float32"), (1, 1, "float32"),
+                                         (-1, 0, "int64"), (0, 1, "int8")])
+def test_unique(rng, axis, srt, dt) -> None:
+    x = rng.integers(-2, 2, size=(4, 9, 2)).astype(dt)
+    if axis is not None:
+        # duplicate slices along the axis: repeated (axis 0, -1) or appended copies (axis 1)
+        x = np.repeat(x, 2, axis=axis) if axis != 1 else np.concatenate([x, x[:, ::3]], axis=1)
+    attrs = {"sorted": srt} if axis is None else {"sorted": srt, "axis": axis}
+    got = run_op("Unique", [x], attrs, consts={0: x})
+    want = _np_unique(x, axis, srt)
+    for g, w, name in zip(got, want, ("Y", "indices", "inverse_indices", "counts")):
+        assert g.shape == w.shape, name
+        np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+def test_nonzero_of_graph_input_compiles_per_value(rng) -> None:
+    """NonZero on a graph input: the model compiles once per distinct input value (LazyModel)."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    g = h.make_graph([h.make_node("NonZero", ["x"], ["y"])], "nz",
+                     [h.make_tensor_value_info("x", T.INT32, [3, 5])], [h.make_tensor_value_info("y", T.INT64, None)])
+    model = ember.compile(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]))
+    for _ in range(2):
+        x = rng.integers(0, 2, size=(3, 5)).astype(np.int32)
+        (got,) = model(x)
+        np.testing.assert_array_equal(got, np.array(np.nonzero(x), np.int64))
+
+
+def test_nonzero_scalar_rejected() -> None:
+    with pytest.raises(OpError, match="NonZero node 'n0'.*scalar"):
+        run_op("NonZero", [np.array(1.0, np.float32)], consts={0: np.array(1.0, np.float32)})
