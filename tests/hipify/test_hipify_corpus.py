@@ -27,6 +27,9 @@ SOURCES = sorted(p.name for p in CUDA_DIR.iterdir())
 UNITS = [n for n in SOURCES if n.endswith((".cu", ".cpp"))]
 HIP_INCLUDE = Path("/usr/include")
 CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+# hipBLAS/hipCUB/RCCL have no Debian 12 package: scripts/fetch_hip_lib_headers.sh unpacks their headers (Debian
+# unstable's) under EMBER_HIP_LIBS; compiles get them with -isystem, and -DHIPBLAS_V2 for the hipBLAS v2 API
+_HIP_LIBS = Path(os.environ.get("EMBER_HIP_LIBS", "/opt/ember-hip-libs")) / "usr" / "include"
 
 
 def translated(name: str, syntax: str = "keep") -> str:
@@ -68,18 +71,20 @@ def test_corpus_lint_finds_the_warp_size_assumptions() -> None:
 # Headers each corpus file needs beyond the core runtime, per toolchain.
 NEEDS_HIP = {
     "cublas_gemm.cu": ["hipblas/hipblas.h"],
+    "cublas_mathmode.cu": ["hipblas/hipblas.h"],
     "cub_scan.cu": ["hipcub/hipcub.hpp"],
     "curand_mc.cu": ["hiprand/hiprand.h", "rocrand/rocrand.h"],
     "cusparse_spmv.cu": ["hipsparse/hipsparse.h"],
 }
 NEEDS_CUDA = {
     "cublas_gemm.cu": ["cublas_v2.h"],
+    "cublas_mathmode.cu": ["cublas_v2.h"],
     "curand_mc.cu": ["curand.h"],
     "cusparse_spmv.cu": ["cusparse.h"],
 }
 DEBIAN_PACKAGE = {
-    "hipblas/hipblas.h": "hipBLAS has no Debian 12 package",
-    "hipcub/hipcub.hpp": "hipCUB has no Debian 12 package",
+    "hipblas/hipblas.h": "hipBLAS has no Debian 12 package: scripts/fetch_hip_lib_headers.sh",
+    "hipcub/hipcub.hpp": "hipCUB has no Debian 12 package: scripts/fetch_hip_lib_headers.sh",
     "hiprand/hiprand.h": "apt-get install libhiprand-dev",
     "rocrand/rocrand.h": "apt-get install librocrand-dev",
     "hipsparse/hipsparse.h": "apt-get install libhipsparse-dev",
@@ -87,7 +92,8 @@ DEBIAN_PACKAGE = {
 
 
 def _missing(headers: list[str], root: Path) -> list[str]:
-    return [h for h in headers if not (root / h).exists()]
+    """Headers found neither under ``root`` nor among the unpacked HIP library headers."""
+    return [h for h in headers if not (root / h).exists() and not (_HIP_LIBS / h).exists()]
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
@@ -112,7 +118,8 @@ def hipcc_results(tmp: str) -> dict[str, tuple[int, str]]:
             if _missing(NEEDS_HIP.get(n, []), HIP_INCLUDE):
                 continue
             jobs[f"{sub}/{n}"] = (
-                ["hipcc", "--offload-arch=gfx90a", "-x", "hip", "-I.", "-c", n, "-o", f"{n}.o"],
+                ["hipcc", "--offload-arch=gfx90a", "-x", "hip", "-I.", "-c", n, "-o", f"{n}.o"]
+                + ["-isystem", str(_HIP_LIBS), "-DHIPBLAS_V2"],
                 work / sub,
             )
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -173,9 +180,7 @@ def header_identifiers(folder: str, skip: tuple[str, ...] = ()) -> frozenset[str
     return frozenset(names)
 
 
-# hipBLAS has no Debian 12 package: scripts/fetch_hip_lib_headers.sh unpacks its headers (Debian unstable's
-# libhipblas-dev 6.4) under EMBER_HIP_LIBS; the cuBLAS table is checked against them when they are there
-_HIP_LIBS = Path(os.environ.get("EMBER_HIP_LIBS", "/opt/ember-hip-libs")) / "usr" / "include"
+# the cuBLAS table is checked against the unpacked hipBLAS 6.4 headers when they are there
 HEADER_SETS = {
     "hip": ("/usr/include/hip", ("nvidia_detail", "nvcc_detail")),
     "hipblas": (str(_HIP_LIBS), ("rocprim", "hipcub", "rccl")),
