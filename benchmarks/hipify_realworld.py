@@ -132,9 +132,19 @@ def reason(log: str, rc: int) -> tuple[str, str]:
 
 
 def compile_one(path: Path, tree: Path, cb: dict, timeout: int, hip_include: str | None) -> dict:
-    """hipcc one translated unit for gfx90a."""
+    """hipcc one translated unit for gfx90a.
+
+    A ``.cu`` unit is compiled as HIP (nvcc compiles it in the CUDA build); any other unit (LightGBM's
+    ``cuda/*.cpp``) is compiled as host C++ against the HIP runtime headers, as the CUDA build hands it to the
+    host C++ compiler: as HIP, its calls of ``__device__`` helpers from host code would not compile.
+    """
     env = dict(os.environ, HIP_PLATFORM="amd")
-    cmd = ["hipcc", "--offload-arch=gfx90a", "-x", "hip", "-std=c++17", "-c", str(path), "-o", os.devnull]
+    if path.suffix == ".cu":
+        cmd = ["hipcc", "--offload-arch=gfx90a", "-x", "hip"]
+    else:
+        env["HIP_COMPILE_CXX_AS_HIP"] = "0"
+        cmd = ["hipcc", "-D__HIP_PLATFORM_AMD__=1"]
+    cmd += ["-std=c++17", "-c", str(path), "-o", os.devnull]
     cmd += [f"-I{tree / inc}" for inc in cb["includes"]] + [f"-D{d}" for d in cb["defines"] + HIP_DEFINES]
     cmd += ["-isystem", hip_include] if hip_include else []
     t0 = time.time()
@@ -191,7 +201,8 @@ def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, hip_i
         "warnings_by_rule": total["warnings_by_rule"],
         "errors": summary["errors"],
         "hipcc": {
-            "command": "hipcc --offload-arch=gfx90a -x hip -std=c++17 -c UNIT "
+            "command": "hipcc --offload-arch=gfx90a -x hip -std=c++17 -c UNIT.cu "
+            "(other units: HIP_COMPILE_CXX_AS_HIP=0 hipcc -D__HIP_PLATFORM_AMD__=1 -std=c++17 -c UNIT.cpp) "
             + " ".join(f"-I{i}" for i in cb["includes"])
             + "".join(f" -D{d}" for d in cb["defines"] + HIP_DEFINES)
             + (f" -isystem {hip_include}" if hip_include else ""),

@@ -20,7 +20,7 @@ import re
 
 from .maps import CUDA_ONLY_PREFIXES, Maps
 from .result import LintWarning
-from .syntax import is_punct, match_forward, next_sig, prev_sig, split_args, strip_range, text_at
+from .syntax import is_punct, match_forward, next_sig, prev_sig, ptx_trap_end, split_args, strip_range, text_at
 from .tokenizer import HEADER, IDENT, NUMBER, PUNCT, STRING, TRIVIA, Token
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -225,7 +225,7 @@ def _ident_rules(
                 "keep the result in unsigned long long / uint64_t and count bits with __popcll",
             )
         )
-    elif name in ("asm", "__asm__", "__asm"):
+    elif name in ("asm", "__asm__", "__asm") and ptx_trap_end(tokens, i) < 0:  # asm("trap;") is translated
         nxt = next_sig(tokens, i)
         if text_at(tokens, nxt) in ("(", "volatile", "__volatile__", "goto"):
             j = nxt

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .tokenizer import PUNCT, TRIVIA, Token
+from .tokenizer import PUNCT, STRING, TRIVIA, Token
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = {v: k for k, v in _OPEN.items()}
@@ -116,3 +116,27 @@ def strip_range(tokens: list[Token], start: int, end: int) -> tuple[int, int]:
     while end > start and tokens[end - 1].kind in TRIVIA:
         end -= 1
     return start, end
+
+
+_ASM = ("asm", "__asm__", "__asm")
+_ASM_QUALIFIERS = ("volatile", "__volatile__")
+_PTX_TRAP = ("trap;", "trap ;")
+
+
+def ptx_trap_end(tokens: list[Token], i: int) -> int:
+    """Index of the ``)`` closing ``asm("trap;")`` (``volatile`` allowed) starting at token ``i``, else -1.
+
+    That inline PTX is CUDA's kernel abort, the same operation as ``__builtin_trap()``.
+    """
+    if tokens[i].text not in _ASM:
+        return -1
+    j = next_sig(tokens, i)
+    while text_at(tokens, j) in _ASM_QUALIFIERS:
+        j = next_sig(tokens, j)
+    if not is_punct(tokens, j, "("):
+        return -1
+    s = next_sig(tokens, j)
+    if s >= len(tokens) or tokens[s].kind != STRING or tokens[s].text[1:-1].strip() not in _PTX_TRAP:
+        return -1
+    close = next_sig(tokens, s)
+    return close if is_punct(tokens, close, ")") else -1

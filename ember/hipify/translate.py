@@ -13,7 +13,7 @@ from .launch import find_launches, ggl_text
 from .lint import lint
 from .maps import CUDA_LIKE, Maps, load_maps
 from .result import Reference, Result
-from .syntax import is_punct, next_sig, prev_sig, split_args, strip_range, text_at
+from .syntax import is_punct, next_sig, prev_sig, ptx_trap_end, split_args, strip_range, text_at
 from .tokenizer import HEADER, IDENT, PUNCT, STRING, TRIVIA, WS, Token, tokenize
 
 LAUNCH_SYNTAXES = ("keep", "ggl")
@@ -78,6 +78,12 @@ def translate(
         if tok.kind == HEADER or (tok.kind == STRING and _is_include_operand(tokens, i)):
             _include(tokens, i, out, maps, result, path, local_headers)
         elif tok.kind == IDENT:
+            end = ptx_trap_end(tokens, i)
+            if end >= 0:  # inline PTX "trap;" is CUDA's kernel abort: clang's __builtin_trap() on AMD
+                out[i] = "__builtin_trap()"
+                for k in range(i + 1, end + 1):
+                    out[k] = ""
+                continue
             if uses_prop and _device_prop_member(tokens, i, out, maps, result):
                 continue
             _identifier(tokens, i, out, maps, declared, result, own)

@@ -316,3 +316,15 @@ def test_lint_full_mask_ballot_asm_texture_bounds() -> None:
 
 def test_lint_full_mask_not_for_computed_masks() -> None:
     assert "full-mask" not in rules("v = __shfl_sync(__activemask(), v, 0); w = __shfl_sync(m, w, 1);")
+
+
+def test_ptx_trap_becomes_builtin_trap_and_other_asm_is_linted() -> None:
+    src = 'if (n < 0) asm("trap;");\nasm volatile ( "trap;" );\nasm("exit;");\nputs("trap;");\n'
+    r = translate(src, "t.cu")
+    assert r.output == 'if (n < 0) __builtin_trap();\n__builtin_trap();\nasm("exit;");\nputs("trap;");\n'
+    assert [(w.line, w.rule) for w in r.warnings] == [(3, "inline-asm")]
+
+
+def test_trap_and_vmm_types_map_to_hip_5_2_names() -> None:
+    src = "CUmemAllocationProp p; p.type = CU_MEM_ALLOCATION_TYPE_PINNED; __trap();\n"
+    assert out(src) == "hipMemAllocationProp p; p.type = hipMemAllocationTypePinned; abort();\n"
