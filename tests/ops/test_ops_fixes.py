@@ -337,3 +337,17 @@ def test_nonzero_of_graph_input_compiles_per_value(rng) -> None:
 def test_nonzero_scalar_rejected() -> None:
     with pytest.raises(OpError, match="NonZero node 'n0'.*scalar"):
         run_op("NonZero", [np.array(1.0, np.float32)], consts={0: np.array(1.0, np.float32)})
+
+
+def test_runner_compares_low_precision_floats_like_onnx() -> None:
+    """float8 outputs: NaN equals NaN (assert_allclose, as onnx's runner), a wrong value fails."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    nc = _node_cases()
+
+    class Case:
+        rtol, atol = 1e-3, 1e-7
+
+    want = np.array([0.5, np.nan, 448], dtype=ml_dtypes.float8_e4m3fn)
+    nc._check(want.copy(), want, Case, "output 0")
+    with pytest.raises(AssertionError):
+        nc._check(np.array([0.5, np.nan, 416], dtype=ml_dtypes.float8_e4m3fn), want, Case, "output 0")
