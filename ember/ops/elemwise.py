@@ -186,14 +186,37 @@ def pow_(ctx: OpContext, a: Tensor, b: Tensor) -> Tensor:
 
 @register("BitShift")
 def bitshift(ctx: OpContext, a: Tensor, b: Tensor) -> Tensor:
-    """ONNX BitShift on unsigned integers, as multiplication / division by powers of two."""
+    """ONNX BitShift as multiplication / floor division by powers of two. Signed right shifts
+    are arithmetic (floor division keeps the sign); a shift count below 0 or at least the bit
+    width gives what the sign fill alone gives: -1 for a right shift of a negative value, else 0."""
     left = ctx.attr("direction", b"LEFT") in (b"LEFT", "LEFT")
     dt = dtype_of(a)
+    t = as_dtype(dt)
+    signed = t.kind == "int"
+    bits = t.bits
 
     def f(x: E.PrimExpr, y: E.PrimExpr) -> E.PrimExpr:
-        p = cast(te.pow(E.const(2.0, "float64"), cast(y, "float64")), "uint64")
-        r = cast(x, "uint64") * p if left else _safe_int(cast(x, "uint64"), p, False, False)
-        return cast(r, dt)
+        yy = cast(y, "int64")
+        out = (yy < E.const(0, "int64")) | (yy >= E.const(bits, "int64"))
+        # a count of bits - 1 on int64 would need 2**63 as a divisor: clamp to 62 and finish the
+        # last step from the sign below (floor(x / 2**62) / 2 rounds the same way)
+        ys = te.if_then_else(out, E.const(0, "int64"), yy)
+        zero = E.const(0, dt)
+        if left:
+            p = cast(te.pow(E.const(2.0, "float64"), cast(ys, "float64")), "uint64")
+            r = cast(cast(x, "uint64") * p, dt)
+            return te.if_then_else(out, zero, r)
+        if not signed:
+            p = cast(te.pow(E.const(2.0, "float64"), cast(ys, "float64")), "uint64")
+            r = cast(_safe_int(cast(x, "uint64"), p, False, False), dt)
+            return te.if_then_else(out, zero, r)
+        last = ys >= E.const(63, "int64")
+        yc = te.if_then_else(last, E.const(62, "int64"), ys)
+        p = cast(te.pow(E.const(2.0, "float64"), cast(yc, "float64")), "int64")
+        q = E.floordiv(cast(x, "int64"), p)
+        q = te.if_then_else(last, E.floordiv(q, E.const(2, "int64")), q)
+        fill = te.if_then_else(x < zero, E.const(-1, dt), zero)
+        return te.if_then_else(out, fill, cast(q, dt))
 
     return elementwise("bitshift", [a, b], f, dt)
 

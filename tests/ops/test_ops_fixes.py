@@ -351,3 +351,33 @@ def test_runner_compares_low_precision_floats_like_onnx() -> None:
     nc._check(want.copy(), want, Case, "output 0")
     with pytest.raises(AssertionError):
         nc._check(np.array([0.5, np.nan, 416], dtype=ml_dtypes.float8_e4m3fn), want, Case, "output 0")
+
+
+def _shift_ref(x: np.ndarray, y: np.ndarray, left: bool) -> np.ndarray:
+    bits = x.dtype.itemsize * 8
+    out = np.zeros(np.broadcast(x, y).shape, dtype=x.dtype)
+    xb, yb = np.broadcast_arrays(x, y)
+    for idx in np.ndindex(out.shape):
+        v, s = int(xb[idx]), int(yb[idx])
+        if s < 0 or s >= bits:
+            out[idx] = -1 if (not left and v < 0) else 0
+        elif left:
+            out[idx] = np.array((v << s) & ((1 << bits) - 1), dtype=np.uint64).astype(x.dtype)
+        else:
+            out[idx] = v >> s  # Python's >> on ints is arithmetic (floor)
+    return out
+
+
+@pytest.mark.parametrize("dt", ["int8", "int32", "int64", "uint8", "uint64"])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bitshift_signed_and_out_of_range_counts(rng, dt, direction) -> None:
+    info = np.iinfo(dt)
+    bits = np.dtype(dt).itemsize * 8
+    x = rng.integers(info.min, info.max, (7, 9), dtype=dt, endpoint=True)
+    x[0, :3] = [info.min, info.max, 0]
+    ydt = dt
+    lo = -3 if np.dtype(dt).kind == "i" else 0
+    y = rng.integers(lo, bits + 3, (1, 9)).astype(ydt)
+    y[0, :4] = [0, bits - 1, bits, min(bits + 2, info.max)]
+    (got,) = run_op("BitShift", [x, y], {"direction": direction}, opset=28)
+    np.testing.assert_array_equal(got, _shift_ref(x, y, direction == "LEFT"))
