@@ -3,7 +3,7 @@
 One command reproduces every real-world figure in docs/hipify.md and writes
 benchmarks/results/hipify_realworld.json:
 
-    .venv/bin/python benchmarks/hipify_realworld.py [--dl-dir /tmp/ember_hipify_rw] [--only NAME] [--compile-limit N]
+    .venv/bin/python benchmarks/hipify_realworld.py [--dl-dir /tmp/ember_hipify_rw] [--only NAME] [--compile-limit [PACKAGE=]N]
 
 Each code base is a PyPI source distribution fetched with pip (`pip download --no-deps --no-binary PKG PKG==V`)
 into --dl-dir (kept there, never in the repository) and unpacked. The whole tree named by `root` is translated
@@ -159,6 +159,18 @@ def compile_one(path: Path, tree: Path, cb: dict, timeout: int, hip_include: str
     return out
 
 
+def compile_limit(specs: list[str], cb: dict) -> int | None:
+    """The --compile-limit that applies to code base ``cb`` (a PACKAGE=N entry wins over a bare N)."""
+    limit = None
+    for spec in specs:
+        name, _, n = spec.rpartition("=")
+        if name in (cb["package"], cb["name"]):
+            return int(n)
+        if not name:
+            limit = int(n)
+    return limit
+
+
 def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, hip_include: str | None) -> dict:
     """Translate one code base, compile its CUDA units, return its record."""
     src = fetch(cb, dl)
@@ -173,8 +185,9 @@ def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, hip_i
     summary = json.loads(stats.read_text())
     total = summary["total"]
     units = sorted({p for pattern in cb["units"] for p in tree.glob(pattern)})
-    if args.compile_limit is not None:
-        units = units[: args.compile_limit]
+    limit = compile_limit(args.compile_limit, cb)
+    if limit is not None:
+        units = units[:limit]
     compiled: list[dict] = []
     if shutil.which("hipcc") and units:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -206,6 +219,7 @@ def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, hip_i
             + " ".join(f"-I{i}" for i in cb["includes"])
             + "".join(f" -D{d}" for d in cb["defines"] + HIP_DEFINES)
             + (f" -isystem {hip_include}" if hip_include else ""),
+            "units": len(sorted({p for pattern in cb["units"] for p in tree.glob(pattern)})),
             "attempted": len(compiled),
             "ok": sum(1 for c in compiled if c["rc"] == 0),
             "failures_by_reason": dict(Counter(c["reason"] for c in compiled if c["rc"] != 0).most_common()),
@@ -219,7 +233,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dl-dir", default=str(Path(tempfile.gettempdir()) / "ember_hipify_rw"))
     ap.add_argument("--only", action="append", help="code base name (default: all)")
-    ap.add_argument("--compile-limit", type=int, default=None, help="compile at most N units per code base")
+    ap.add_argument(
+        "--compile-limit",
+        action="append",
+        default=[],
+        help="compile at most N units (in sorted order) of every code base, or PACKAGE=N for one",
+    )
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "hipify_realworld.json"))
