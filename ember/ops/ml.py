@@ -1,7 +1,8 @@
 """Classical machine-learning operators of the ``ai.onnx.ml`` domain whose output shapes are
 static: ``Binarizer``, ``ArrayFeatureExtractor``, ``Normalizer``, ``Scaler``,
-``OneHotEncoder`` and ``LabelEncoder`` (numeric keys and values), ``Imputer`` and
-``TreeEnsemble`` (opset 5 of the domain).
+``OneHotEncoder`` and ``LabelEncoder`` (numeric keys and values), ``Imputer``, ``TreeEnsemble``
+(opset 5 of the domain) and the deprecated ``TreeEnsembleRegressor`` (both lowered through one
+normal form of the trees).
 
 Lookup tables (label maps, categories, trees) are attributes, so they become chains of selects
 in the kernel; a tree is one nested select per sample (every branch is evaluated, which is
@@ -11,6 +12,7 @@ cheap for the small trees these models hold). String tensors are not supported b
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -252,9 +254,30 @@ def label_encoder(ctx: OpContext, x: Tensor) -> Tensor:
     return compute(shape(x), body, name=uname("label_encoder"))
 
 
-# -- TreeEnsemble --------------------------------------------------------------------------------
+# -- tree ensembles ------------------------------------------------------------------------------
 _AGG = {0: "AVERAGE", 1: "SUM", 2: "MIN", 3: "MAX"}
 _POST = {0: "NONE", 1: "SOFTMAX", 2: "LOGISTIC", 3: "SOFTMAX_ZERO", 4: "PROBIT"}
+_LEGACY_MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5}
+
+
+@dataclass
+class _Forest:
+    """Trees in one normal form: interior nodes by index (feature, mode 0..6, split, children as
+    ``(index, is_leaf)``, missing values to the true branch, set members), leaves by index as
+    lists of ``(target, weight)``, and the roots as ``(index, is_leaf)``. ``legacy_nan``: a NaN
+    feature takes the missing-value branch without comparing (TreeEnsembleRegressor), instead of
+    ``compare or (tracks_true and NaN)`` (TreeEnsemble)."""
+
+    feat: list[int]
+    modes: list[int]
+    splits: list[float]
+    true_child: list[tuple[int, bool]]
+    false_child: list[tuple[int, bool]]
+    mvt: list[int]
+    members: dict[int, list[float]]
+    leaves: list[list[tuple[int, float]]]
+    roots: list[tuple[int, bool]]
+    legacy_nan: bool = False
 
 
 def _tensor_attr(ctx: OpContext, name: str, required: bool = True) -> np.ndarray | None:
@@ -266,98 +289,58 @@ def _tensor_attr(ctx: OpContext, name: str, required: bool = True) -> np.ndarray
     return np.asarray(v).reshape(-1)
 
 
-@register(f"{_ML}.TreeEnsemble")
-def tree_ensemble(ctx: OpContext, x: Tensor) -> Tensor:
-    """ai.onnx.ml TreeEnsemble (domain opset 5): ``[N, F] -> [N, n_targets]``, every tree walked
-    per sample (all comparison modes, set membership, missing values following either branch),
-    leaf weights aggregated per target by SUM, AVERAGE, MIN or MAX, then the post transform
-    (NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO)."""
-    dt = _check_numeric(ctx, x, ("float16", "float32", "float64"))
-    xs = shape(x)
-    if len(xs) != 2:
-        raise ctx.fail(f"X must be [N, F], got shape {xs}")
-    N, F = xs
-    feat = [int(v) for v in ctx.attr("nodes_featureids") or []]
-    modes = [int(v) for v in _tensor_attr(ctx, "nodes_modes")]  # type: ignore[union-attr]
-    splits = [float(v) for v in _tensor_attr(ctx, "nodes_splits")]  # type: ignore[union-attr]
-    tids, fids = ctx.attr("nodes_truenodeids") or [], ctx.attr("nodes_falsenodeids") or []
-    tleaf, fleaf = ctx.attr("nodes_trueleafs") or [], ctx.attr("nodes_falseleafs") or []
-    n_nodes = len(modes)
-    if not all(len(a) == n_nodes for a in (feat, splits, tids, fids, tleaf, fleaf)):
-        raise ctx.fail("the nodes_* attributes must all have one entry per node")
-    mvt = [int(v) for v in (ctx.attr("nodes_missing_value_tracks_true") or [0] * n_nodes)]
-    lw = [float(v) for v in _tensor_attr(ctx, "leaf_weights")]  # type: ignore[union-attr]
-    lt = [int(v) for v in ctx.attr("leaf_targetids") or []]
-    if len(lw) != len(lt):
-        raise ctx.fail("leaf_weights and leaf_targetids must have one entry per leaf")
-    roots = [int(v) for v in ctx.attr("tree_roots") or []]
-    if not roots:
-        raise ctx.fail("tree_roots is empty")
-    T = int(ctx.attr("n_targets", 1) or 1)
-    if any(not 0 <= t < T for t in lt):
-        raise ctx.fail(f"a leaf_targetids entry is outside [0, n_targets={T})")
-    if any(not 0 <= f < F for f in feat):
+def _forest_scores(ctx: OpContext, x: Tensor, fr: _Forest, T: int, agg: str, base: list[float], dt: str) -> Tensor:
+    """``[N, T]`` float64 scores: every tree walked per sample as nested selects, the leaves'
+    weights aggregated per target, then ``base`` added."""
+    N, F = shape(x)
+    n_nodes = len(fr.modes)
+    if any(not 0 <= f < F for f in fr.feat):
         raise ctx.fail(f"a nodes_featureids entry is outside [0, {F})")
-    if any(m not in range(7) for m in modes):
-        raise ctx.fail("nodes_modes entries must be 0..6 (LEQ, LT, GTE, GT, EQ, NEQ, MEMBER)")
-    agg = _AGG.get(int(ctx.attr("aggregate_function", 1)))
-    post = _POST.get(int(ctx.attr("post_transform", 0)))
-    if agg is None or post is None:
-        raise ctx.fail("aggregate_function must be 0..3 and post_transform 0..4")
-    if post == "PROBIT":
-        raise ctx.fail("post_transform PROBIT is not supported (ember has no inverse error function)")
-    # set members, in the order the MEMBER nodes appear in nodes_modes, NaN-delimited
-    members: dict[int, list[float]] = {}
-    mv = _tensor_attr(ctx, "membership_values", required=False)
-    if any(m == 6 for m in modes):
-        if mv is None:
-            raise ctx.fail("MEMBER nodes need the membership_values attribute")
-        groups: list[list[float]] = [[]]
-        for v in mv.tolist():
-            if math.isnan(v):
-                groups.append([])
-            else:
-                groups[-1].append(float(v))
-        member_nodes = [k for k, m in enumerate(modes) if m == 6]
-        if len(groups) < len(member_nodes):
-            raise ctx.fail("membership_values has fewer NaN-delimited sets than there are MEMBER nodes")
-        members = dict(zip(member_nodes, groups))
+    if any(not 0 <= t < T for lf in fr.leaves for t, _ in lf):
+        raise ctx.fail(f"a leaf's target id is outside [0, n_targets={T})")
+    if base and len(base) != T:
+        raise ctx.fail(f"{len(base)} base values for {T} targets")
+    none = _f64({"MIN": math.inf, "MAX": -math.inf}.get(agg, 0.0))
 
     def cond(k: int, v: E.PrimExpr) -> E.PrimExpr:
-        m, sv = modes[k], _f64(splits[k])
+        m, sv = fr.modes[k], _f64(fr.splits[k])
         if m == 6:
             hit: E.PrimExpr = E.const(False, "bool")
-            for mem in members[k]:
+            for mem in fr.members[k]:
                 hit = hit | (v == _f64(mem))
         else:
             hit = [v <= sv, v < sv, v >= sv, v > sv, v == sv, v != sv][m]
-        return hit | te.isnan(v) if mvt[k] else hit
+        if fr.legacy_nan:
+            return te.if_then_else(te.isnan(v), E.const(bool(fr.mvt[k]), "bool"), hit)
+        return hit | te.isnan(v) if fr.mvt[k] else hit
 
-    none = _f64({"MIN": math.inf, "MAX": -math.inf}.get(agg, 0.0))
+    def leaf_value(t: Any, k: int) -> E.PrimExpr:
+        if not 0 <= k < len(fr.leaves):
+            raise ctx.fail(f"leaf index {k} is out of range")
+        out = none
+        for target, w in fr.leaves[k]:
+            hit = t == target
+            if agg in ("SUM", "AVERAGE"):
+                out = out + te.if_then_else(hit, _f64(w), _f64(0.0))
+            elif agg == "MIN":
+                out = te.if_then_else(hit, E.min_expr(out, _f64(w)), out)
+            else:
+                out = te.if_then_else(hit, E.max_expr(out, _f64(w)), out)
+        return out
 
     def walk(n: Any, t: Any, k: int, is_leaf: bool, depth: int) -> E.PrimExpr:
         if is_leaf:
-            if not 0 <= k < len(lw):
-                raise ctx.fail(f"leaf index {k} is out of range")
-            return te.if_then_else(t == lt[k], _f64(lw[k]), none)
+            return leaf_value(t, k)
         if not 0 <= k < n_nodes or depth > n_nodes:
             raise ctx.fail(f"node index {k} is out of range, or the trees have a cycle")
-        v = cast(x[n, feat[k]], "float64")
-        return te.if_then_else(
-            cond(k, v),
-            walk(n, t, int(tids[k]), bool(tleaf[k]), depth + 1),
-            walk(n, t, int(fids[k]), bool(fleaf[k]), depth + 1),
-        )
-
-    def root_value(n: Any, t: Any, r: int) -> E.PrimExpr:
-        if tleaf[r] and fleaf[r] and tids[r] == fids[r]:
-            return walk(n, t, int(tids[r]), True, 0)
-        return walk(n, t, r, False, 0)
+        v = cast(x[n, fr.feat[k]], "float64")
+        (tk, tl), (fk, fl) = fr.true_child[k], fr.false_child[k]
+        return te.if_then_else(cond(k, v), walk(n, t, tk, tl, depth + 1), walk(n, t, fk, fl, depth + 1))
 
     def score(n: Any, t: Any) -> E.PrimExpr:
         acc: E.PrimExpr | None = None
-        for r in roots:
-            v = root_value(n, t, r)
+        for r, is_leaf in fr.roots:
+            v = walk(n, t, r, is_leaf, 0)
             if acc is None:
                 acc = v
             elif agg in ("SUM", "AVERAGE"):
@@ -368,13 +351,22 @@ def tree_ensemble(ctx: OpContext, x: Tensor) -> Tensor:
                 acc = E.max_expr(acc, v)
         assert acc is not None
         if agg == "AVERAGE":
-            acc = acc / _f64(len(roots))
+            acc = acc / _f64(len(fr.roots))
         if agg in ("MIN", "MAX"):  # no leaf of this target: the type's extreme value, as ONNX's reference
             big = float(np.finfo(np.dtype(dt)).max)
             acc = te.if_then_else(te.isinf(acc), _f64(big if agg == "MIN" else -big), acc)
+        if base:
+            acc = acc + _per_feature(base, t, "float64")
         return acc
 
-    raw = compute((N, T), score, name=uname("tree_ensemble_raw"))
+    return compute((N, T), score, name=uname("tree_ensemble_raw"))
+
+
+def _post_transform(ctx: OpContext, raw: Tensor, post: str, dt: str) -> Tensor:
+    """The post transform of ``[N, T]`` scores, cast to ``dt``."""
+    N, T = shape(raw)
+    if post == "PROBIT":
+        raise ctx.fail("post_transform PROBIT is not supported (ember has no inverse error function)")
     if post == "NONE":
         return compute((N, T), lambda n, t: cast(raw[n, t], dt), name=uname("tree_ensemble"))
     if post == "LOGISTIC":
@@ -396,3 +388,138 @@ def tree_ensemble(ctx: OpContext, x: Tensor) -> Tensor:
         return cast(ex(t) / te.if_then_else(tot == _f64(0.0), _f64(1.0), tot), dt)
 
     return compute((N, T), softmax, name=uname("tree_ensemble"))
+
+
+@register(f"{_ML}.TreeEnsemble")
+def tree_ensemble(ctx: OpContext, x: Tensor) -> Tensor:
+    """ai.onnx.ml TreeEnsemble (domain opset 5): ``[N, F] -> [N, n_targets]``, every tree walked
+    per sample (all comparison modes, set membership, missing values following either branch),
+    leaf weights aggregated per target by SUM, AVERAGE, MIN or MAX, then the post transform
+    (NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO)."""
+    dt = _check_numeric(ctx, x, ("float16", "float32", "float64"))
+    if len(shape(x)) != 2:
+        raise ctx.fail(f"X must be [N, F], got shape {shape(x)}")
+    feat = [int(v) for v in ctx.attr("nodes_featureids") or []]
+    modes = [int(v) for v in _tensor_attr(ctx, "nodes_modes")]  # type: ignore[union-attr]
+    splits = [float(v) for v in _tensor_attr(ctx, "nodes_splits")]  # type: ignore[union-attr]
+    tids, fids = ctx.attr("nodes_truenodeids") or [], ctx.attr("nodes_falsenodeids") or []
+    tleaf, fleaf = ctx.attr("nodes_trueleafs") or [], ctx.attr("nodes_falseleafs") or []
+    n_nodes = len(modes)
+    if not all(len(a) == n_nodes for a in (feat, splits, tids, fids, tleaf, fleaf)):
+        raise ctx.fail("the nodes_* attributes must all have one entry per node")
+    mvt = [int(v) for v in (ctx.attr("nodes_missing_value_tracks_true") or [0] * n_nodes)]
+    lw = [float(v) for v in _tensor_attr(ctx, "leaf_weights")]  # type: ignore[union-attr]
+    lt = [int(v) for v in ctx.attr("leaf_targetids") or []]
+    if len(lw) != len(lt):
+        raise ctx.fail("leaf_weights and leaf_targetids must have one entry per leaf")
+    roots = [int(v) for v in ctx.attr("tree_roots") or []]
+    if not roots or any(not 0 <= r < n_nodes for r in roots):
+        raise ctx.fail("tree_roots is empty or names a node that does not exist")
+    if any(m not in range(7) for m in modes):
+        raise ctx.fail("nodes_modes entries must be 0..6 (LEQ, LT, GTE, GT, EQ, NEQ, MEMBER)")
+    agg = _AGG.get(int(ctx.attr("aggregate_function", 1)))
+    post = _POST.get(int(ctx.attr("post_transform", 0)))
+    if agg is None or post is None:
+        raise ctx.fail("aggregate_function must be 0..3 and post_transform 0..4")
+    # set members, in the order the MEMBER nodes appear in nodes_modes, NaN-delimited
+    members: dict[int, list[float]] = {}
+    if any(m == 6 for m in modes):
+        mv = _tensor_attr(ctx, "membership_values", required=False)
+        if mv is None:
+            raise ctx.fail("MEMBER nodes need the membership_values attribute")
+        groups: list[list[float]] = [[]]
+        for v in mv.tolist():
+            if math.isnan(v):
+                groups.append([])
+            else:
+                groups[-1].append(float(v))
+        member_nodes = [k for k, m in enumerate(modes) if m == 6]
+        if len(groups) < len(member_nodes):
+            raise ctx.fail("membership_values has fewer NaN-delimited sets than there are MEMBER nodes")
+        members = dict(zip(member_nodes, groups))
+    forest = _Forest(
+        feat,
+        modes,
+        splits,
+        [(int(a), bool(b)) for a, b in zip(tids, tleaf)],
+        [(int(a), bool(b)) for a, b in zip(fids, fleaf)],
+        mvt,
+        members,
+        [[(t, w)] for t, w in zip(lt, lw)],
+        [(int(tids[r]), True) if tleaf[r] and fleaf[r] and tids[r] == fids[r] else (r, False) for r in roots],
+    )
+    T = int(ctx.attr("n_targets", 1) or 1)
+    return _post_transform(ctx, _forest_scores(ctx, x, forest, T, agg, [], dt), post, dt)
+
+
+@register(f"{_ML}.TreeEnsembleRegressor")
+def tree_ensemble_regressor(ctx: OpContext, x: Tensor) -> Tensor:
+    """ai.onnx.ml TreeEnsembleRegressor (deprecated form of TreeEnsemble): nodes named by
+    ``(tree id, node id)`` with ``LEAF`` nodes, several weighted targets per leaf, ``base_values``
+    added after the aggregation; a NaN feature takes the missing-value branch. float32 result."""
+    _check_numeric(ctx, x)
+    xs = shape(x)
+    if len(xs) != 2:
+        raise ctx.fail(f"X must be [N, F], got shape {xs}")
+    treeids = [int(v) for v in ctx.attr("nodes_treeids") or []]
+    nodeids = [int(v) for v in ctx.attr("nodes_nodeids") or []]
+    feat = [int(v) for v in ctx.attr("nodes_featureids") or []]
+    modes_s = [_s(m) for m in ctx.attr("nodes_modes") or []]
+    vals = ctx.attr("nodes_values_as_tensor")
+    splits = [float(v) for v in (np.asarray(vals).reshape(-1) if vals is not None else ctx.attr("nodes_values") or [])]
+    tids, fids = ctx.attr("nodes_truenodeids") or [], ctx.attr("nodes_falsenodeids") or []
+    n = len(treeids)
+    mvt = [int(v) for v in (ctx.attr("nodes_missing_value_tracks_true") or [0] * n)]
+    if not n or not all(len(a) == n for a in (nodeids, feat, modes_s, splits, tids, fids, mvt)):
+        raise ctx.fail("the nodes_* attributes must all have one entry per node (and at least one node)")
+    bad = [m for m in modes_s if m != "LEAF" and m not in _LEGACY_MODES]
+    if bad:
+        raise ctx.fail(f"node mode {bad[0]!r} is not one of {', '.join(_LEGACY_MODES)}, LEAF")
+    index = {(t, i): k for k, (t, i) in enumerate(zip(treeids, nodeids))}
+    if len(index) != n:
+        raise ctx.fail("a (tree id, node id) pair appears twice")
+    leaves: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    tw = ctx.attr("target_weights_as_tensor")
+    weights = [float(v) for v in (np.asarray(tw).reshape(-1) if tw is not None else ctx.attr("target_weights") or [])]
+    t_tree = [int(v) for v in ctx.attr("target_treeids") or []]
+    t_node = [int(v) for v in ctx.attr("target_nodeids") or []]
+    t_id = [int(v) for v in ctx.attr("target_ids") or []]
+    if not len(weights) == len(t_tree) == len(t_node) == len(t_id):
+        raise ctx.fail("the target_* attributes must all have one entry per weight")
+    for t, nd, target, w in zip(t_tree, t_node, t_id, weights):
+        k = index.get((t, nd))
+        if k is None:
+            raise ctx.fail(f"a target names node ({t}, {nd}), which does not exist")
+        leaves[k].append((target, w))
+
+    def child(k: int, nid: int) -> tuple[int, bool]:
+        c = index.get((treeids[k], int(nid)))
+        if c is None:
+            raise ctx.fail(f"node ({treeids[k]}, {nodeids[k]}) branches to node {nid}, which does not exist")
+        return c, modes_s[c] == "LEAF"
+
+    interior = [k for k in range(n) if modes_s[k] != "LEAF"]
+    forest = _Forest(
+        feat,
+        [_LEGACY_MODES.get(m, 0) for m in modes_s],
+        splits,
+        [child(k, tids[k]) if k in interior else (k, True) for k in range(n)],
+        [child(k, fids[k]) if k in interior else (k, True) for k in range(n)],
+        mvt,
+        {},
+        leaves,
+        [],
+        legacy_nan=True,
+    )
+    first: dict[int, int] = {}
+    for k, t in enumerate(treeids):
+        first.setdefault(t, k)
+    forest.roots = [(k, modes_s[k] == "LEAF") for _, k in sorted(first.items())]
+    agg = _s(ctx.attr("aggregate_function", "SUM")).upper()
+    post = _s(ctx.attr("post_transform", "NONE")).upper()
+    if agg not in _AGG.values() or post not in _POST.values():
+        raise ctx.fail(f"aggregate_function={agg!r} or post_transform={post!r} is not a known value")
+    bt = ctx.attr("base_values_as_tensor")
+    base = [float(v) for v in (np.asarray(bt).reshape(-1) if bt is not None else ctx.attr("base_values") or [])]
+    T = int(ctx.attr("n_targets", 1) or 1)
+    return _post_transform(ctx, _forest_scores(ctx, x, forest, T, agg, base, "float32"), post, "float32")

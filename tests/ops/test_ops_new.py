@@ -661,3 +661,42 @@ def test_non_default_domains_through_the_frontend(rng) -> None:
     )
     (y,) = ember.compile(model)(x)
     np.testing.assert_array_equal(y, (x > np.float32(0.2)).astype(np.float32))
+
+
+@pytest.mark.parametrize("agg", ["SUM", "AVERAGE", "MIN", "MAX"])
+def test_tree_ensemble_regressor_vs_onnx_reference(rng, agg) -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    # tree 0: node 0 (x1 <= 0.2) -> node 1 / leaf 2; node 1 (x0 > -0.4) -> leaf 3 / leaf 4
+    # tree 1: node 0 (x2 == 1.0, NaN -> true) -> leaf 1 / leaf 2
+    attrs = dict(
+        nodes_treeids=[0, 0, 0, 0, 0, 1, 1, 1],
+        nodes_nodeids=[0, 1, 2, 3, 4, 0, 1, 2],
+        nodes_featureids=[1, 0, 0, 0, 0, 2, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "BRANCH_GT", "LEAF", "LEAF", "LEAF", "BRANCH_EQ", "LEAF", "LEAF"],
+        nodes_values=[0.2, -0.4, 0, 0, 0, 1.0, 0, 0],
+        nodes_truenodeids=[1, 3, 0, 0, 0, 1, 0, 0],
+        nodes_falsenodeids=[2, 4, 0, 0, 0, 2, 0, 0],
+        nodes_missing_value_tracks_true=[0, 0, 0, 0, 0, 1, 0, 0],
+        target_treeids=[0, 0, 0, 0, 1, 1, 1],
+        target_nodeids=[2, 3, 3, 4, 1, 2, 2],
+        target_ids=[0, 0, 1, 1, 0, 1, 1],
+        target_weights=[0.5, -1.25, 2.0, 0.75, 3.0, -0.5, 1.5],
+        n_targets=2,
+        aggregate_function=agg,
+        base_values=[0.1, -0.2],
+    )
+    node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain=ML, **attrs)
+    x = rng.standard_normal((11, 3)).astype(np.float32)
+    x[:, 2] = rng.integers(0, 3, 11)
+    x[3, 2] = np.nan
+    model = _model(
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        opsets=(("", 18), (ML, 3)),
+    )
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (got,) = ember.compile(model)(x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
