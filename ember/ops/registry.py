@@ -119,4 +119,22 @@ def _load_all() -> None:
     global _LOADED
     if not _LOADED:
         _LOADED = True
-        from . import attention, bitwise, detection, elemwise, image, linalg, loss, misc, ml, nn, quant, recurrent_state, reduce, rnn, signal, training, transform  # noqa: F401  # noqa: F401
+        from . import (  # noqa: F401 - importing a module registers its operators
+            attention,
+            bitwise,
+            detection,
+            elemwise,
+            image,
+            linalg,
+            loss,
+            misc,
+            ml,
+            nn,
+            quant,
+            recurrent_state,
+            reduce,
+            rnn,
+            signal,
+            training,
+            transform,
+        )
