@@ -119,7 +119,7 @@ def hipcc_results(tmp: str) -> dict[str, tuple[int, str]]:
                 continue
             jobs[f"{sub}/{n}"] = (
                 ["hipcc", "--offload-arch=gfx90a", "-x", "hip", "-I.", "-c", n, "-o", f"{n}.o"]
-                + ["-isystem", str(_HIP_LIBS), "-DHIPBLAS_V2"],
+                + ["-isystem", str(_HIP_LIBS), "-DHIPBLAS_V2", "-std=c++17"],  # rocPRIM 6 needs C++17, as CUB 2 does
                 work / sub,
             )
     with ThreadPoolExecutor(max_workers=2) as pool:
