@@ -3,7 +3,8 @@
 One command reproduces every real-world figure in docs/hipify.md and writes
 benchmarks/results/hipify_realworld.json:
 
-    .venv/bin/python benchmarks/hipify_realworld.py [--dl-dir /tmp/ember_hipify_rw] [--only NAME] [--compile-limit [PACKAGE=]N]
+    .venv/bin/python benchmarks/hipify_realworld.py [--dl-dir /tmp/ember_hipify_rw] [--only NAME]
+        [--compile-limit [PACKAGE=]N]
 
 Each code base is a PyPI source distribution fetched with pip (`pip download --no-deps --no-binary PKG PKG==V`)
 into --dl-dir (kept there, never in the repository) and unpacked. The whole tree named by `root` is translated
