@@ -21,34 +21,9 @@ import numpy as np
 import pytest
 
 import ember
-from ember import te
-from ember.ops.registry import OpContext, OpError, call
-from ember.ops.schedule import schedule_group
+from ember.ops.registry import OpError
 
-
-def run_op(op: str, arrays: list[np.ndarray | None], attrs: dict[str, Any] | None = None,
-           consts: dict[int, np.ndarray] | None = None, opset: int = 23) -> list[np.ndarray]:
-    """Build ONNX operator ``op`` on placeholders (None: omitted input; ``consts`` are compile-time
-    values), compile it, run it with NaN/0xAB-poisoned outputs."""
-    consts = consts or {}
-    names = ["" if a is None else f"in{k}" for k, a in enumerate(arrays)]
-    cvals = {names[k]: v for k, v in consts.items()}
-    phs = [None if a is None else te.placeholder(a.shape, str(a.dtype), name=f"in{k}") for k, a in enumerate(arrays)]
-    outs = call(OpContext(op, dict(attrs or {}), names, cvals, opset, "n0"), phs)
-    s = schedule_group(outs, set())
-    used = {id(st.op) for st in s.stages}
-    ins = [(p, a) for p, a in zip(phs, arrays) if p is not None and id(p.op) in used]
-    f = ember.build(s, [p for p, _ in ins] + outs, name="op")
-    res = []
-    for o in outs:
-        shp = [int(d.value) for d in o.shape]
-        dt = np.dtype(str(o.dtype))
-        if dt.kind == "f":
-            res.append(np.full(shp, np.nan, dt))
-        else:
-            res.append(np.frombuffer(b"\xab" * (int(np.prod(shp)) * dt.itemsize), dtype=dt).reshape(shp).copy())
-    f(*[a for _, a in ins], *res)
-    return res
+from .oprun import run_op
 
 
 def _ulps16(got: np.ndarray, ref64: np.ndarray) -> float:
