@@ -639,6 +639,14 @@ class CodeGenLLVM:
             return self.load_scalar(buf.dtype, self.element_ptr(buf, self.expr(index)))
         if isinstance(index, E.Ramp) and _is_one(index.stride):
             return self.load_vector(buf.dtype, self.element_ptr(buf, self.expr(index.base)), lanes)
+        stride = index.stride.value if isinstance(index, E.Ramp) and isinstance(index.stride, E.IntImm) else 0
+        if 2 <= stride <= MAX_SHUFFLED_STRIDE:
+            # Every stride-th element: one load of exactly the span the lanes cover (nothing
+            # outside it is read) and a shuffle that keeps the lanes, instead of one load per lane.
+            span = (lanes - 1) * stride + 1
+            wide = self.load_vector(buf.dtype, self.element_ptr(buf, self.expr(index.base)), span)
+            mask = ir.Constant(ir.VectorType(I32, lanes), [ir.Constant(I32, k * stride) for k in range(lanes)])
+            return self.builder.shuffle_vector(wide, ir.Constant(wide.type, ir.Undefined), mask)
         idx = self.expr(index)
         out = ir.Constant(self.value_type(e.dtype), ir.Undefined)
         for k in range(lanes):
@@ -776,6 +784,11 @@ def _suffix(t: ir.Type) -> str:
     if isinstance(t, ir.IntType):
         return f"i{t.width}"
     raise CodegenError(f"no intrinsic suffix for LLVM type {t}")
+
+
+# Strided vector loads up to this stride are one contiguous load and a shuffle (a stride-2
+# convolution reads every other input element); wider strides load lane by lane.
+MAX_SHUFFLED_STRIDE = 4
 
 
 def _is_one(e: E.PrimExpr) -> bool:

@@ -109,6 +109,9 @@ def _schedule_depthwise(s: te.Schedule, stage: te.Stage) -> te.Stage:
     t = op.output(0)
     shp = tuple(_ext(a) for a in op.axis)
     consumers = s.consumers(stage)
+    # look through inlined elementwise stages (a bias add) to the stage that stores
+    while len(consumers) == 1 and consumers[0].attach == "inline":
+        consumers = s.consumers(consumers[0])
     out = None
     if len(consumers) == 1:
         c = consumers[0]
