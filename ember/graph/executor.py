@@ -440,7 +440,7 @@ class CompiledModel:
             tmp_zip = path + ".tmp"
             with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as z:
                 z.writestr("plan.json", json.dumps(plan))
-                z.writestr("weights.npz", buf.getvalue())
+                z.writestr("weights.npz", buf.getvalue(), compress_type=zipfile.ZIP_STORED)  # floats: incompressible
                 for fname, data in gpu_parts.items():
                     z.writestr(fname, data)
                 if self.module is not None and not gpu_parts:
@@ -467,11 +467,11 @@ def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
     consts = {plan["const_names"][k]: weights[k] for k in weights.files}
     module = None
     if "kernels.so" in z.namelist():
-        tmp = tempfile.mkdtemp(prefix="ember-model-")
-        so = os.path.join(tmp, "kernels.so")
-        with open(so, "wb") as f:
-            f.write(z.read("kernels.so"))
-        module = load_module(so)
+        with tempfile.TemporaryDirectory(prefix="ember-model-") as tmp:
+            so = os.path.join(tmp, "kernels.so")
+            with open(so, "wb") as f:
+                f.write(z.read("kernels.so"))
+            module = load_module(so)  # stays mapped after the file is removed
     elif "gpu_module.json" in z.namelist():
         from ..runtime.gpu import load_parts
 
@@ -610,16 +610,139 @@ def compile(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     fuse: bool = True,
     verbose: bool = False,
+    use_cache: bool = True,
 ) -> Any:  # noqa: A001
-    """Compile an ONNX model (path, bytes or ModelProto) or an ember :class:`Graph`."""
+    """Compile an ONNX model (path, bytes or ModelProto) or an ember :class:`Graph`.
+
+    With ``use_cache`` (and the cache not turned off by ``EMBER_CACHE_DIR=off``), a model that
+    took more than ``MODEL_CACHE_MIN_SECONDS`` to compile is stored whole, and compiling the same
+    bytes (external data files included) for the same target, input shapes and options with the
+    same ember sources loads it instead; kernels are cached one by one as well."""
+    from .. import cache
+
     if isinstance(model, Graph):
         graph = model
     else:
         from ..frontend.control_flow import DeferredModel, NeedsCallInputs
         from ..frontend.onnx import import_onnx
 
+        key = _model_cache_key(model, target, input_shapes, fuse) if use_cache else None
+        root = cache.cache_dir() if key else None
+        if root is not None and key is not None:
+            cached = _load_cached_model(root, key)
+            if cached is not None:
+                return cached
         try:
             graph = import_onnx(model, input_shapes)
         except NeedsCallInputs:  # sequence/optional inputs or outputs, value-dependent trip counts
             return DeferredModel(model, target, input_shapes, fuse, verbose)
+        t0 = time.perf_counter()
+        compiled = compile_model(graph, target, fuse, verbose)
+        slow = time.perf_counter() - t0 > MODEL_CACHE_MIN_SECONDS
+        if root is not None and key is not None and slow and isinstance(compiled, CompiledModel):
+            _store_cached_model(root, key, compiled)
+        return compiled
     return compile_model(graph, target, fuse, verbose)
+
+
+def _source_digest() -> str:
+    """A digest of ember's own sources: a compiled model cached by one version of the compiler
+    is never reused by another."""
+    global _SOURCE_DIGEST
+    if _SOURCE_DIGEST is None:
+        import hashlib
+        from pathlib import Path
+
+        h = hashlib.sha256()
+        pkg = Path(__file__).resolve().parents[1]
+        for f in sorted(pkg.rglob("*.py")):
+            h.update(str(f.relative_to(pkg)).encode())
+            h.update(f.read_bytes())
+        _SOURCE_DIGEST = h.hexdigest()
+    return _SOURCE_DIGEST
+
+
+_SOURCE_DIGEST: str | None = None
+#: Whole compiled models are cached only when compiling them took longer than this (a small
+#: model compiles faster than it saves: its kernels are cached one by one anyway).
+MODEL_CACHE_MIN_SECONDS = 1.0
+
+
+def _model_cache_key(model: Any, target: str, input_shapes: Any, fuse: bool) -> str | None:
+    """The cache key of a compiled model, or None when the model cannot be keyed (a ModelProto or
+    bytes whose weights live in external files, an unreadable path)."""
+    import hashlib
+    from pathlib import Path
+
+    from .. import cache
+    from ..target import Target
+
+    try:
+        import onnx
+    except ImportError:
+        return None
+    base: Path | None = None
+    try:
+        if isinstance(model, (str, os.PathLike)):
+            data = Path(model).read_bytes()
+            base = Path(model).resolve().parent
+        elif isinstance(model, (bytes, bytearray)):
+            data = bytes(model)
+        elif hasattr(model, "SerializeToString"):
+            data = model.SerializeToString()
+        else:
+            return None
+        proto = onnx.ModelProto.FromString(data) if base is not None else None
+    except (OSError, ValueError, TypeError, AttributeError, RuntimeError):
+        return None
+    except Exception:  # noqa: BLE001 - onnx raises DecodeError for garbage; the import reports it
+        return None
+    parts = [hashlib.sha256(data).hexdigest()]
+    locations: set[str] = set()
+    if proto is not None:
+        for t in proto.graph.initializer:
+            for entry in t.external_data:
+                if entry.key == "location":
+                    locations.add(entry.value)
+    elif b"external_data" in data or b"location" in data:
+        return None  # weights may live in files we cannot find without a path
+    for loc in sorted(locations):
+        try:
+            parts.append(loc + ":" + hashlib.sha256((base / loc).read_bytes()).hexdigest())  # type: ignore[operator]
+        except OSError:
+            return None
+    shapes = json.dumps({k: list(v) for k, v in (input_shapes or {}).items()}, sort_keys=True)
+    return cache.cache_key("model", *parts, str(Target(target)), shapes, str(bool(fuse)), _source_digest())
+
+
+def _load_cached_model(root: Any, key: str) -> CompiledModel | None:
+    """The compiled model stored under ``key``, or None (absent, corrupt, or unloadable)."""
+    from .. import cache
+
+    hit = cache.load(root, key)
+    if hit is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.ember")
+        with open(path, "wb") as f:
+            f.write(hit["model.ember"])
+        try:
+            return load_compiled(path)
+        except EmberError:
+            return None
+
+
+def _store_cached_model(root: Any, key: str, model: CompiledModel) -> None:
+    """Store ``model`` under ``key`` (best effort: a model that cannot be saved, for instance
+    without a C compiler to link its kernels, is simply not cached)."""
+    from .. import cache
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.ember")
+        try:
+            model.save(path)
+            with open(path, "rb") as f:
+                data = f.read()
+        except (EmberError, OSError):
+            return
+    cache.store(root, key, {"model.ember": data}, {"kind": "model", "target": model.target})
