@@ -81,6 +81,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--models", default=None, help="directory for the exported ONNX files (default: a temp dir)")
+    ap.add_argument("--only", default=None, help="comma-separated model names to run")
+    ap.add_argument("--profile", action="store_true", help="also print the slowest kernels of each model")
     args = ap.parse_args()
     import onnxruntime as ort
     import torch
@@ -92,6 +94,8 @@ def main() -> int:
     rows = []
     ok = True
     for name, path, net, feeds in _networks(directory):
+        if args.only and name not in args.only.split(","):
+            continue
         cache = tempfile.mkdtemp(prefix="ember-cache-")
         os.environ["EMBER_CACHE_DIR"] = cache
         t0 = time.perf_counter()
@@ -103,6 +107,12 @@ def main() -> int:
         ok &= err <= 1e-4
         dev_feeds = {k: ember.nd.array(v, dev) for k, v in feeds.items()}
         t_ember = _median_ms(lambda m=model, f=dev_feeds: m.run_on_device(**f), dev.sync)
+        if args.profile:
+            prof = model.profile(*[dev_feeds[i] for i in model.input_names], repeat=5)
+            total = sum(t for _, t in prof)
+            print(f"{name}: {len(prof)} kernel groups, {total * 1e3:.2f} ms when synchronised one by one")
+            for fname, t in sorted(prof, key=lambda p: -p[1])[:12]:
+                print(f"  {t * 1e3:7.3f} ms  {fname}")
         t_torch = None
         if net is not None:
             net = net.cuda()

@@ -31,8 +31,14 @@ from ..te.rewrite import rewrite
 from ..te.tensor import IterKind, IterVar, Range
 
 THREADS = 256
-# Packed GEMM tiling: block tile BM x BN, thread tile TM x TN, reduction chunk BK.
-BM, BN, TM, TN = 64, 64, 4, 4
+# Packed GEMM tilings, largest first: (block tile BM x BN, thread tile TM x TN), always 16 x 16
+# threads. The largest that still gives MIN_BLOCKS blocks is used (else the one with the most):
+# a late ResNet layer (512 x 49 outputs) makes 8 blocks of 64 x 64 but 128 of 16 x 16, and a
+# GPU has about that many multiprocessors (132 on the H100, 108 on the A100).
+# A block's columns must cover whole panels of the packed operand (BN a multiple of its panel
+# width nr), so that the panels a block stages have a constant count.
+GEMM_TILES = ((64, 64, 4, 4), (32, 32, 2, 2), (16, 32, 1, 2), (16, 16, 1, 1))
+MIN_BLOCKS = 128
 BK_TAPS = 32
 
 
@@ -86,6 +92,14 @@ def _schedule_packed_gemm(s: te.Schedule, stage: te.Stage) -> None:
     cl = s.cache_write(t, "local")
     st = s[t]
     b, m, n = st.op.axis
+    nb, nm, nn = (_extent(a) for a in (b, m, n))
+    nr = int(op.attrs.get("nr", 1)) if op.attrs else 1
+    tiles = [t for t in GEMM_TILES if t[1] % nr == 0] or [GEMM_TILES[0]]
+    BM, BN, TM, TN = tiles[-1]
+    for tile in tiles:
+        if nb * -(-nm // tile[0]) * -(-nn // tile[1]) >= MIN_BLOCKS:
+            BM, BN, TM, TN = tile
+            break
     mo, no, mi, ni = st.tile(m, n, BM, BN)
     ty, ti = st.split(mi, nparts=BM // TM)
     tx, tj = st.split(ni, nparts=BN // TN)
