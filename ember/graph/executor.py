@@ -13,9 +13,11 @@ constants, NumPy's format, read with ``allow_pickle=False``). No pickle anywhere
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -467,11 +469,15 @@ def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
     consts = {plan["const_names"][k]: weights[k] for k in weights.files}
     module = None
     if "kernels.so" in z.namelist():
-        with tempfile.TemporaryDirectory(prefix="ember-model-") as tmp:
-            so = os.path.join(tmp, "kernels.so")
-            with open(so, "wb") as f:
-                f.write(z.read("kernels.so"))
-            module = load_module(so)  # stays mapped after the file is removed
+        # The library file must outlive the process's use of it: glibc's dlopen recognises a
+        # library by its inode, and a deleted file's inode, reused by the next model's library,
+        # would hand back the old one. The directory goes when the process exits.
+        tmp = tempfile.mkdtemp(prefix="ember-model-")
+        atexit.register(shutil.rmtree, tmp, True)
+        so = os.path.join(tmp, "kernels.so")
+        with open(so, "wb") as f:
+            f.write(z.read("kernels.so"))
+        module = load_module(so)
     elif "gpu_module.json" in z.namelist():
         from ..runtime.gpu import load_parts
 

@@ -83,3 +83,19 @@ def test_corrupt_entry_is_rebuilt(cache_on, rng, tmp_path) -> None:
     assert len(cache_on) == 2
     x = rng.standard_normal((2, 24)).astype(np.float32)
     np.testing.assert_allclose(m(x)[0], np.maximum(x.astype(np.float64) @ w, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_many_saved_models_load_in_one_process(rng, tmp_path) -> None:
+    # Each load's kernel library keeps its own file: dlopen knows libraries by inode, and a
+    # removed file's inode, reused by the next library, handed back the previous model's kernels.
+    models = []
+    for k in range(4):
+        w = rng.standard_normal((24, 20 + k)).astype(np.float32)
+        path = tmp_path / f"m{k}.ember"
+        ember.compile(_model(w), input_shapes={"x": (3, 24)}, use_cache=False).save(path)
+        models.append((w, path))
+    for _ in range(2):
+        for w, path in models:
+            m = ember.load(path)
+            x = rng.standard_normal((3, 24)).astype(np.float32)
+            np.testing.assert_allclose(m(x)[0], np.maximum(x.astype(np.float64) @ w, 0), rtol=1e-5, atol=1e-6)
