@@ -86,8 +86,9 @@ def test_corrupt_entry_is_rebuilt(cache_on, rng, tmp_path) -> None:
 
 
 def test_many_saved_models_load_in_one_process(rng, tmp_path) -> None:
-    # Each load's kernel library keeps its own file: dlopen knows libraries by inode, and a
-    # removed file's inode, reused by the next library, handed back the previous model's kernels.
+    # Each load keeps its kernel library's file (dlopen knows libraries by inode; a removed file's
+    # inode, reused by a later library, once handed back an earlier model's kernels in the full
+    # suite). This sequence does not always reuse an inode, so it guards the results, not the cause.
     models = []
     for k in range(4):
         w = rng.standard_normal((24, 20 + k)).astype(np.float32)
