@@ -66,8 +66,19 @@ class CPUModule(Module):
         super().__init__(functions, sources)
         self.target = target
 
+    #: The shared library this module was loaded from (``load_module``), else None.
+    library_path: str | None = None
+
     def export_library(self, path: str) -> None:
-        """Link the object into a shared library with the system's ``cc`` (and libgomp)."""
+        """Link the object into a shared library with the system's ``cc`` (and libgomp); a module
+        loaded from a library (no object kept) writes a copy of that library."""
+        if not self.compiled.obj:
+            if self.library_path is None or not os.path.exists(self.library_path):
+                raise EmberError("export_library: this module keeps neither its object code nor its library file")
+            os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+            shutil.copyfile(self.library_path, path + ".tmp")
+            os.replace(path + ".tmp", path)
+            return
         cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
         if cc is None:
             raise ToolchainError("export_library needs a C compiler driver (cc, gcc or clang) to link; install gcc")
@@ -145,4 +156,5 @@ def load_module(path: str) -> CPUModule:
     addresses = {s["name"]: ctypes.cast(getattr(lib, s["name"]), ctypes.c_void_p).value for s in sigs}
     compiled = CompiledCPU("; LLVM IR is not kept in exported libraries", b"", sigs, "llvm")
     mod = CPUModule(compiled, "# loop IR is not kept in exported libraries", Target("llvm"), lib, addresses)
+    mod.library_path = os.path.abspath(path)
     return mod

@@ -86,9 +86,9 @@ def test_corrupt_entry_is_rebuilt(cache_on, rng, tmp_path) -> None:
 
 
 def test_many_saved_models_load_in_one_process(rng, tmp_path) -> None:
-    # Each load keeps its kernel library's file (dlopen knows libraries by inode; a removed file's
-    # inode, reused by a later library, once handed back an earlier model's kernels in the full
-    # suite). This sequence does not always reuse an inode, so it guards the results, not the cause.
+    # Each load keeps its kernel library's file until the process exits: dlopen recognises a
+    # library by its inode, so a removed file's inode reused by a later library could bring back
+    # an earlier model's kernels. This sequence guards the results, not that hazard itself.
     models = []
     for k in range(4):
         w = rng.standard_normal((24, 20 + k)).astype(np.float32)
@@ -100,3 +100,15 @@ def test_many_saved_models_load_in_one_process(rng, tmp_path) -> None:
             m = ember.load(path)
             x = rng.standard_normal((3, 24)).astype(np.float32)
             np.testing.assert_allclose(m(x)[0], np.maximum(x.astype(np.float64) @ w, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_loaded_model_saves_again(rng, tmp_path) -> None:
+    # a model that came from a file (or from the compile cache) keeps no object code: saving it
+    # copies its kernel library
+    w = rng.standard_normal((24, 20)).astype(np.float32)
+    first = tmp_path / "a.ember"
+    ember.compile(_model(w), input_shapes={"x": (3, 24)}, use_cache=False).save(first)
+    second = tmp_path / "b.ember"
+    ember.load(first).save(second)
+    x = rng.standard_normal((3, 24)).astype(np.float32)
+    np.testing.assert_allclose(ember.load(second)(x)[0], np.maximum(x.astype(np.float64) @ w, 0), rtol=1e-5, atol=1e-6)
