@@ -39,8 +39,9 @@ class _LoadRewriter(Mutator):
         return E.Reduce(e.combiner, src, e.axis, cond, e.value_index, e.dtype)
 
 
-def post_order(outs: Sequence[Tensor]) -> list[Operation]:
-    """Every operation the outputs depend on, producers before consumers."""
+def post_order(ops: Sequence[Operation]) -> list[Operation]:
+    """Every operation the given operations depend on (themselves included), producers before
+    consumers, each once."""
     order: list[Operation] = []
     seen: set[int] = set()
 
@@ -52,8 +53,8 @@ def post_order(outs: Sequence[Tensor]) -> list[Operation]:
             visit(t.op)
         order.append(op)
 
-    for o in outs:
-        visit(o.op)
+    for op in ops:
+        visit(op)
     return order
 
 
@@ -66,7 +67,7 @@ def rewrite(
     or a new axis tuple for a compute operation to be rebuilt with (same body); ``None`` keeps it.
     Operations reading a replaced tensor are rebuilt. Returns the outputs of the new program."""
     mapping: dict[tuple[int, int], Tensor] = {}
-    for op in post_order(outs):
+    for op in post_order([o.op for o in outs]):
         choice = replace(op)
         if isinstance(choice, Tensor):
             mapping[(id(op), 0)] = choice

@@ -19,6 +19,7 @@ from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir.stmt import ForKind
 from ..ir.visitor import Mutator, substitute
+from .rewrite import post_order
 from .tensor import ComputeOp, IterKind, IterVar, Operation, PlaceholderOp, Range, Tensor
 
 
@@ -376,7 +377,7 @@ class Schedule:
         self.outputs = list(outputs)
         self.stages: list[Stage] = []
         self._by_op: dict[Operation, Stage] = {}
-        for op in _post_dfs(self.outputs):
+        for op in post_order(self.outputs):
             self._add(Stage(op, self))
 
     def _add(self, stage: Stage, after: Stage | None = None) -> None:
@@ -611,23 +612,6 @@ def _copy_compute(tensor: Tensor, name: str) -> Tensor:
     axis = tuple(IterVar(Range(E.const(0), s), E.Var(f"ax{k}"), IterKind.DATA_PAR) for k, s in enumerate(tensor.shape))
     body = (tensor[tuple(iv.var for iv in axis)],)
     return ComputeOp(name, "cache", axis, body).output(0)
-
-
-def _post_dfs(outputs: Sequence[Operation]) -> list[Operation]:
-    order: list[Operation] = []
-    seen: set[int] = set()
-
-    def visit(op: Operation) -> None:
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for t in op.input_tensors:
-            visit(t.op)
-        order.append(op)
-
-    for op in outputs:
-        visit(op)
-    return order
 
 
 def create_schedule(ops: Any) -> Schedule:
