@@ -15,7 +15,19 @@ from ..ir.visitor import Mutator
 from .tensor import ComputeOp, IterVar, Operation, Tensor
 
 
-class _LoadRewriter(Mutator):
+class LoadMutator(Mutator):
+    """A mutator over tensor-expression bodies that rewrites loads: a reduction's sources and
+    condition are visited, its axes (iteration variables, not expressions) are kept."""
+
+    def visit_Reduce(self, e: E.Reduce) -> E.PrimExpr:
+        src = tuple(self.visit(x) for x in e.source)
+        cond = self.visit(e.condition)
+        if all(a is b for a, b in zip(src, e.source)) and cond is e.condition:
+            return e
+        return E.Reduce(e.combiner, src, e.axis, cond, e.value_index, e.dtype)
+
+
+class _LoadRewriter(LoadMutator):
     """Loads of mapped tensors read the replacement; a replacement of another shape with one
     element (a lifted scalar) is read at index 0."""
 
@@ -30,13 +42,6 @@ class _LoadRewriter(Mutator):
         same = len(new.shape) == len(e.producer.shape)
         idx = tuple(e.indices) if same else (E.const(0),)
         return E.ProducerLoad(new, idx, e.dtype)
-
-    def visit_Reduce(self, e: E.Reduce) -> E.PrimExpr:
-        src = tuple(self.visit(x) for x in e.source)
-        cond = self.visit(e.condition)
-        if all(a is b for a, b in zip(src, e.source)) and cond is e.condition:
-            return e
-        return E.Reduce(e.combiner, src, e.axis, cond, e.value_index, e.dtype)
 
 
 def post_order(ops: Sequence[Operation]) -> list[Operation]:

@@ -18,8 +18,8 @@ from ..arith import simplify
 from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir.stmt import ForKind
-from ..ir.visitor import Mutator, substitute
-from .rewrite import post_order
+from ..ir.visitor import substitute
+from .rewrite import LoadMutator, post_order
 from .tensor import ComputeOp, IterKind, IterVar, Operation, PlaceholderOp, Range, Tensor
 
 
@@ -576,7 +576,7 @@ def root_value_map(
     return values, preds
 
 
-class _ReadReplacer(Mutator):
+class _ReadReplacer(LoadMutator):
     def __init__(self, mapping: dict[tuple[Stage, int], Tensor], schedule: Schedule):
         self.mapping = mapping
         self.schedule = schedule
@@ -588,13 +588,6 @@ class _ReadReplacer(Mutator):
         if new is not None:
             return E.ProducerLoad(new, e.indices, e.dtype)
         return e
-
-    def visit_Reduce(self, e: E.Reduce) -> E.PrimExpr:
-        src = tuple(self.visit(s) for s in e.source)
-        cond = self.visit(e.condition)
-        if all(a is b for a, b in zip(src, e.source)) and cond is e.condition:
-            return e
-        return E.Reduce(e.combiner, src, e.axis, cond, e.value_index, e.dtype)
 
 
 def _replace_reads(op: ComputeOp, mapping: dict[tuple[Stage, int], Tensor], schedule: Schedule) -> ComputeOp:
