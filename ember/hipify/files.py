@@ -55,13 +55,9 @@ def read_source(path: Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise HipifyError(
-            f"{path}: cannot read ({exc.strerror}); check the path and its permissions"
-        ) from exc
+        raise HipifyError(f"{path}: cannot read ({exc.strerror}); check the path and its permissions") from exc
     if b"\0" in data[:8192]:
-        raise HipifyError(
-            f"{path}: binary file (contains NUL bytes), not C/C++ source; leave it out of the input"
-        )
+        raise HipifyError(f"{path}: binary file (contains NUL bytes), not C/C++ source; leave it out of the input")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -77,9 +73,7 @@ def write_text(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(text.encode("utf-8"))
     except OSError as exc:
-        raise HipifyError(
-            f"{path}: cannot write ({exc.strerror}); check the output path and permissions"
-        ) from exc
+        raise HipifyError(f"{path}: cannot write ({exc.strerror}); check the output path and permissions") from exc
 
 
 def backup(path: Path, suffix: str) -> Path:
@@ -90,7 +84,6 @@ def backup(path: Path, suffix: str) -> Path:
             shutil.copy2(path, target)
         except OSError as exc:
             raise HipifyError(
-                f"{path}: cannot write the backup {target} ({exc.strerror}); "
-                "check permissions or pass --backup-suffix"
+                f"{path}: cannot write the backup {target} ({exc.strerror}); check permissions or pass --backup-suffix"
             ) from exc
     return target

@@ -150,9 +150,7 @@ def _parse_launch(tokens: list[Token], first: int, third: int) -> Launch | None:
     name_start = _kernel_start(tokens, name_end)
     if name_start < 0:
         return None
-    return Launch(
-        tokens[first].line, (name_start, name_end + 1), first, close_end, config, paren, paren_close
-    )
+    return Launch(tokens[first].line, (name_start, name_end + 1), first, close_end, config, paren, paren_close)
 
 
 def ggl_text(launch: Launch, out: list[str]) -> str:

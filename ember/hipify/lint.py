@@ -66,9 +66,7 @@ _TEX_APIS = frozenset(
         "cuModuleGetSurfRef",
     }
 )
-_WARP_FIX = (
-    "use warpSize (device code) or query hipDeviceAttributeWarpSize on the host; gfx9/CDNA wavefronts are 64"
-)
+_WARP_FIX = "use warpSize (device code) or query hipDeviceAttributeWarpSize on the host; gfx9/CDNA wavefronts are 64"
 
 
 def lint(tokens: list[Token], maps: Maps) -> list[LintWarning]:
@@ -153,9 +151,7 @@ def _warp_number(tokens: list[Token], i: int, found: list[LintWarning]) -> None:
     words = _statement_words(tokens, i)
     if any(_LANE_WORDS.search(w) for w in words):
         expr = f"{ptxt if not shift else ptxt * 2} {tokens[i].text}" if p >= 0 else tokens[i].text
-        found.append(
-            LintWarning(line, "warp-size", f"'{expr.strip()}' assumes 32 threads per warp", _WARP_FIX)
-        )
+        found.append(LintWarning(line, "warp-size", f"'{expr.strip()}' assumes 32 threads per warp", _WARP_FIX))
 
 
 def _shfl_loop(tokens: list[Token], i: int, found: list[LintWarning]) -> None:
@@ -191,9 +187,7 @@ def _shfl_loop(tokens: list[Token], i: int, found: list[LintWarning]) -> None:
         )
 
 
-def _ident_rules(
-    tokens: list[Token], i: int, maps: Maps, found: list[LintWarning], seen_libs: set[str]
-) -> None:
+def _ident_rules(tokens: list[Token], i: int, maps: Maps, found: list[LintWarning], seen_libs: set[str]) -> None:
     """Rules triggered by an identifier."""
     t = tokens[i]
     name = t.text

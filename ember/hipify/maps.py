@@ -4,6 +4,11 @@ Each table file has ``name``, ``title``, ``map`` (CUDA name -> HIP name) and ``u
 (CUDA name -> nearest HIP alternative, "" when there is none). ``device.json`` also has ``same``
 (device functions valid in HIP as written) and ``rewrite`` (warp intrinsics whose mask argument is
 dropped); ``cub.json`` has ``namespace`` and ``members``; ``includes.json`` maps header names.
+
+Two overlays change the tables for a target: ``hip64.json`` (what HIP 6.4 adds to HIP 5.2: more runtime,
+driver and library names, the bf16 pair type and intrinsics, fp8, ``HIPRT_*`` math constants; applied when the
+target is HIP >= its ``since``) and ``compat.json`` (CUDA device intrinsics no HIP version has, renamed to the
+``ember_*`` functions of ``ember_hip_compat.h``, which the translated file then includes).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+
+from .toolchain import DEFAULT_HIP_VERSION, check_hip_version, version_tuple
 
 # Order matters only for the (rare) names present in two tables: the first one wins.
 TABLES = (
@@ -59,9 +66,10 @@ class TableInfo:
 
 
 class Maps:
-    """All tables, indexed for lookup by CUDA name."""
+    """All tables for one HIP target version, indexed for lookup by CUDA name."""
 
-    def __init__(self) -> None:
+    def __init__(self, hip_version: str = DEFAULT_HIP_VERSION) -> None:
+        self.hip_version = check_hip_version(hip_version)
         self.names: dict[str, tuple[str, str]] = {}  # cuda -> (kind, hip)
         self.unsupported: dict[str, tuple[str, str]] = {}  # cuda -> (kind, alternative)
         self.same: set[str] = set()
@@ -106,9 +114,45 @@ class Maps:
         inc = _load("includes")
         self.includes = dict(inc["map"])
         self.includes_unsupported = dict(inc["unsupported"])
-        self.info.append(
-            TableInfo("includes", inc["title"], len(self.includes), len(self.includes_unsupported), "")
-        )
+        self.info.append(TableInfo("includes", inc["title"], len(self.includes), len(self.includes_unsupported), ""))
+        self.compat: dict[str, str] = {}  # cuda -> ember_* function of the compat header
+        self.compat_header = ""
+        self._overlay_hip64()
+        self._overlay_compat()
+
+    def _overlay_hip64(self) -> None:
+        """Apply hip64.json when the target is at least its version."""
+        data = _load("hip64")
+        if version_tuple(self.hip_version) < version_tuple(data["since"]):
+            return
+        kinds = data["kinds"]
+        for cuda, hip in data["map"].items():
+            self.names[cuda] = (kinds.get(cuda, "types"), hip)
+            self.unsupported.pop(cuda, None)
+        for name in data["same"]:
+            self.same.add(name)
+            self.unsupported.pop(name, None)
+        for field in data["device_prop_fields"]:
+            self.prop_missing.pop(field, None)
+        for cuda, hip in data["includes"].items():
+            self.includes[cuda] = hip
+            self.includes_unsupported.pop(cuda, None)
+        n = len(data["map"]) + len(data["same"]) + len(data["includes"])
+        self.info.append(TableInfo("hip64", data["title"], n, 0, data.get("verified_against", "")))
+
+    def _overlay_compat(self) -> None:
+        """Rename the intrinsics of compat.json that this HIP version lacks to their ember_* functions."""
+        try:
+            data = _load("compat")
+        except FileNotFoundError:  # pragma: no cover - only in a tree without the compat header
+            return
+        self.compat_header = data["header"]
+        for cuda, ember in data["map"].items():
+            if cuda in self.same or cuda in self.names:
+                continue  # this HIP version has it
+            self.compat[cuda] = ember
+            self.unsupported.pop(cuda, None)
+        self.info.append(TableInfo("compat", data["title"], len(self.compat), 0, ""))
 
     def include(self, header: str) -> str | None:
         """HIP header for a CUDA header name such as ``cuda_runtime.h`` (None when not a CUDA header)."""
@@ -143,12 +187,17 @@ def _load(name: str) -> dict:
     return json.loads(text)
 
 
-@lru_cache(maxsize=1)
-def load_maps() -> Maps:
-    """The tables, loaded once per process."""
-    return Maps()
+@lru_cache(maxsize=4)
+def load_maps(hip_version: str = DEFAULT_HIP_VERSION) -> Maps:
+    """The tables for one HIP target version, loaded once per process."""
+    return Maps(hip_version)
 
 
-def table_sizes() -> list[TableInfo]:
-    """Title and number of mapped / unsupported entries of every table."""
-    return list(load_maps().info)
+def table_sizes(hip_version: str = DEFAULT_HIP_VERSION) -> list[TableInfo]:
+    """Title and number of mapped / unsupported entries of every table (overlays included)."""
+    return list(load_maps(hip_version).info)
+
+
+def compat_header_text() -> str:
+    """The text of ``ember_hip_compat.h``, the ``ember_*`` implementations of intrinsics HIP lacks."""
+    return resources.files("ember.hipify").joinpath("compat", "ember_hip_compat.h").read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ class Reference:
 
     line: int
     name: str
-    kind: str  # table name: runtime, driver, device, types, cublas, ..., include, launch, unknown
+    kind: str  # table name: runtime, driver, device, types, cublas, ..., include, launch, compat, unknown
     hip: str | None = None
     alternative: str = ""
 
@@ -39,6 +39,7 @@ class Result:
     warnings: list[LintWarning] = field(default_factory=list)
     lines_total: int = 0
     lines_changed: int = 0
+    compat: bool = False  # the output includes ember_hip_compat.h (see translate)
 
     @property
     def changed(self) -> bool:
@@ -64,10 +65,7 @@ class Result:
             "converted_by_kind": dict(sorted(Counter(r.kind for r in self.converted).items())),
             "unconverted_by_kind": dict(sorted(Counter(r.kind for r in self.unconverted).items())),
             "unconverted_refs": [
-                {"line": r.line, "name": r.name, "kind": r.kind, "alternative": r.alternative}
-                for r in self.unconverted
+                {"line": r.line, "name": r.name, "kind": r.kind, "alternative": r.alternative} for r in self.unconverted
             ],
-            "lint": [
-                {"line": w.line, "rule": w.rule, "message": w.message, "fix": w.fix} for w in self.warnings
-            ],
+            "lint": [{"line": w.line, "rule": w.rule, "message": w.message, "fix": w.fix} for w in self.warnings],
         }

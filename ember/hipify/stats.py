@@ -50,13 +50,10 @@ def _block(title: str, s: dict) -> list[str]:
         f"  PORTABILITY warnings: {s['warnings']}",
     ]
     if s["converted_by_kind"]:
-        lines.append(
-            "  CONVERTED refs by kind: " + ", ".join(f"{k}: {v}" for k, v in s["converted_by_kind"].items())
-        )
+        lines.append("  CONVERTED refs by kind: " + ", ".join(f"{k}: {v}" for k, v in s["converted_by_kind"].items()))
     if s["unconverted_by_kind"]:
         lines.append(
-            "  UNCONVERTED refs by kind: "
-            + ", ".join(f"{k}: {v}" for k, v in s["unconverted_by_kind"].items())
+            "  UNCONVERTED refs by kind: " + ", ".join(f"{k}: {v}" for k, v in s["unconverted_by_kind"].items())
         )
     return lines
 

@@ -14,7 +14,8 @@ from .lint import lint
 from .maps import CUDA_LIKE, Maps, load_maps
 from .result import Reference, Result
 from .syntax import is_punct, next_sig, prev_sig, ptx_trap_end, split_args, strip_range, text_at
-from .tokenizer import HEADER, IDENT, PUNCT, STRING, TRIVIA, WS, Token, tokenize
+from .tokenizer import HEADER, IDENT, NL, PUNCT, STRING, TRIVIA, WS, Token, tokenize
+from .toolchain import DEFAULT_HIP_VERSION
 
 LAUNCH_SYNTAXES = ("keep", "ggl")
 _NOT_A_TYPE = frozenset(
@@ -54,6 +55,8 @@ def translate(
     launch_syntax: str = "keep",
     local_names: frozenset[str] | set[str] | None = None,
     local_headers: frozenset[str] | set[str] | None = None,
+    hip_version: str = DEFAULT_HIP_VERSION,
+    compat_include: str | None = None,
 ) -> Result:
     """Translate CUDA source text to HIP.
 
@@ -63,12 +66,17 @@ def translate(
     automatically. ``local_headers`` are the project's own header paths (and their trailing parts, e.g.
     ``cuda/tree.hpp`` for ``src/cuda/tree.hpp``): a quoted ``#include`` of one is never taken for a CUDA
     header; a quoted include that exists beside ``path`` is recognised too.
-    Raises HipifyError when the text cannot be tokenized (an unterminated comment).
+    ``hip_version`` is the HIP release the output targets ("6.4", the default, or "5.2"): names only a newer
+    HIP has are reported, not converted. A CUDA intrinsic no HIP version has but ember's compat header provides
+    (``__vsub4``, ``__dp4a``, ...) becomes its ``ember_*`` function, and the file gets
+    ``#include "<compat_include>"`` (default: the header's bare name, ``ember_hip_compat.h``; the CLI passes
+    the path relative to the output file) as its first directive; ``Result.compat`` says so.
+    Raises HipifyError when the text cannot be tokenized (an unterminated comment) or the version is unknown.
     """
     if launch_syntax not in LAUNCH_SYNTAXES:
         raise ValueError(f"launch_syntax must be one of {LAUNCH_SYNTAXES}, not {launch_syntax!r}")
+    maps = load_maps(hip_version)
     tokens = tokenize(source, path)
-    maps = load_maps()
     out = [t.text for t in tokens]
     result = Result(path=path, source=source, output=source)
     own = local_declarations(tokens)
@@ -105,18 +113,46 @@ def translate(
             result.converted.append(Reference(launch.line, name, "launch", "<<<...>>>"))
     result.converted.sort(key=lambda r: r.line)
     result.unconverted.sort(key=lambda r: r.line)
+    result.compat = any(r.kind == "compat" for r in result.converted)
+    if result.compat:
+        _include_compat_header(tokens, out, compat_include or maps.compat_header)
     result.output = "".join(out)
     result.warnings = lint(tokens, maps)
     result.lines_total, result.lines_changed = _line_counts(source, result.output)
     return result
 
 
+def _include_compat_header(tokens: list[Token], out: list[str], header: str) -> None:
+    """Put ``#include "header"`` on a line of its own before the first line that is not blank, a comment or
+    ``#pragma once`` (so it is outside any #if and any include guard; the header has its own guard)."""
+    newline = next((t.text for t in tokens if t.kind == NL), "\n")
+    line = f'#include "{header}"{newline}'
+    k = 0
+    while k < len(tokens):
+        if tokens[k].kind in TRIVIA:
+            k += 1
+            continue
+        directive = next_sig(tokens, k)
+        if tokens[k].text == "#" and text_at(tokens, directive) == "pragma":
+            if text_at(tokens, next_sig(tokens, directive)) == "once":
+                while k < len(tokens) and tokens[k].kind != NL:
+                    k += 1
+                continue
+        break
+    if k >= len(tokens):  # nothing but comments: append after them
+        ends_open = bool(tokens) and tokens[-1].kind != NL
+        out.append((newline if ends_open else "") + line)
+        return
+    start = k
+    while start > 0 and tokens[start - 1].kind != NL:
+        start -= 1
+    out[start] = line + out[start]
+
+
 def _between_chevrons(tokens: list[Token], k: int) -> bool:
     """Whether the whitespace token ``k`` separates two '<' or two '>' of a launch's chevrons."""
     left, right = tokens[k - 1].text, tokens[k + 1].text if k + 1 < len(tokens) else ""
-    return (
-        left == right and left in ("<", ">") and tokens[k - 1].kind == PUNCT and tokens[k + 1].kind == PUNCT
-    )
+    return left == right and left in ("<", ">") and tokens[k - 1].kind == PUNCT and tokens[k + 1].kind == PUNCT
 
 
 def _line_counts(source: str, output: str) -> tuple[int, int]:
@@ -217,6 +253,10 @@ def _identifier(
         return
     if name in maps.same:
         return
+    if name in maps.compat and name not in (local_defs or ()):
+        out[i] = maps.compat[name]
+        result.converted.append(Reference(tok.line, name, "compat", f"{maps.compat[name]} ({maps.compat_header})"))
+        return
     miss = maps.unsupported.get(name)
     if miss is not None and name not in (local_defs if local_defs is not None else ()):
         # a known CUDA API with no HIP equivalent stays reported even when another file of the project
@@ -257,9 +297,7 @@ def _cub(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Result
         member_idx = next_sig(tokens, nxt)
         member = text_at(tokens, member_idx)
         if member in maps.cub_unsupported:
-            result.unconverted.append(
-                Reference(tok.line, f"cub::{member}", "cub", None, maps.cub_unsupported[member])
-            )
+            result.unconverted.append(Reference(tok.line, f"cub::{member}", "cub", None, maps.cub_unsupported[member]))
             return
         out[i] = hip
         result.converted.append(Reference(tok.line, f"cub::{member}", "cub", f"{hip}::{member}"))
@@ -338,9 +376,7 @@ def _version_test(tokens: list[Token], i: int, result: Result) -> bool:
     tok = tokens[i]
     if tok.directive not in _CONDITIONALS:
         return False
-    result.converted.append(
-        Reference(tok.line, tok.text, "version", f"{tok.text} (kept: undefined under HIP)")
-    )
+    result.converted.append(Reference(tok.line, tok.text, "version", f"{tok.text} (kept: undefined under HIP)"))
     return True
 
 
@@ -360,9 +396,7 @@ def _cuda_arch(tokens: list[Token], i: int, out: list[str], result: Result) -> N
         ends = after is None or after.directive != tok.directive or after.line != tok.line
         presence = ends or (after.kind == PUNCT and after.text in ("&&", "||", ")"))
         presence = presence and not (
-            prev >= 0
-            and tokens[prev].kind == PUNCT
-            and tokens[prev].text in ("<", ">", "<=", ">=", "==", "!=")
+            prev >= 0 and tokens[prev].kind == PUNCT and tokens[prev].text in ("<", ">", "<=", ">=", "==", "!=")
         )
     if presence:
         out[i] = "__HIP_DEVICE_COMPILE__"

@@ -25,7 +25,7 @@ def make(tmp_path: Path) -> Path:
 def test_single_file_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = make(tmp_path)
     assert main([str(src / "a.cu")]) == EXIT_OK
-    assert capsys.readouterr().out == HIP.replace("\r\n", "\n") or True  # stdout is text mode
+    assert capsys.readouterr().out == HIP  # written as str: the CRLF line endings are kept
     assert (src / "a.cu").read_bytes() == CU.encode()
 
 
@@ -72,9 +72,7 @@ def test_stats_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     src = make(tmp_path)
     (src / "c.cu").write_text("cudaProfilerInitialize(0, 0, 0);\n")
     js = tmp_path / "stats.json"
-    assert (
-        main([str(src), "-o", str(tmp_path / "o"), "--print-stats", "--stats-json", str(js), "-q"]) == EXIT_OK
-    )
+    assert main([str(src), "-o", str(tmp_path / "o"), "--print-stats", "--stats-json", str(js), "-q"]) == EXIT_OK
     text = capsys.readouterr().out
     assert "CONVERSION %" in text and "TOTAL statistics (3 files" in text
     data = json.loads(js.read_text())
@@ -112,8 +110,11 @@ def test_list_maps(capsys: pytest.CaptureFixture[str]) -> None:
         "includes",
     ):
         assert f"\n{name} " in text
-    rows = {line.split()[0]: int(line.split()[1]) for line in text.splitlines()[1:]}
+    lines = text.splitlines()
+    assert lines[0] == "HIP target version: 6.4"
+    rows = {line.split()[0]: int(line.split()[1]) for line in lines[2:]}
     assert rows["runtime"] > 200 and rows["cublas"] > 300 and rows["total"] > 2500
+    assert rows["hip64"] > 300  # HIP 6.4's additions are applied for the default target
 
 
 def test_usage_errors(tmp_path: Path) -> None:
@@ -125,9 +126,7 @@ def test_usage_errors(tmp_path: Path) -> None:
         main([str(src), "--launch-syntax", "bogus"])
 
 
-def test_bad_inputs_are_reported_and_the_rest_translated(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_inputs_are_reported_and_the_rest_translated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = make(tmp_path)
     (src / "bin.cu").write_bytes(b"\x7fELF\x00\x00cudaMalloc")
     (src / "latin1.cu").write_bytes("// caf\xe9\ncudaFree(p);\n".encode("latin-1"))
@@ -152,7 +151,47 @@ def test_module_entry_point(tmp_path: Path) -> None:
     import sys
 
     src = make(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "ember.hipify", str(src / "a.cu")], capture_output=True, check=False
-    )
+    proc = subprocess.run([sys.executable, "-m", "ember.hipify", str(src / "a.cu")], capture_output=True, check=False)
     assert proc.returncode == 0 and proc.stdout == HIP.encode()
+
+
+SIMD = "#pragma once\n#include <cuda_runtime.h>\n__device__ int f(int a) { return __vsub4(a, 0x08080808); }\n"
+
+
+def test_compat_header_written_where_outputs_include_it(tmp_path: Path) -> None:
+    from ember.hipify.maps import compat_header_text
+
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "q.cuh").write_text(SIMD)
+    (src / "plain.cu").write_text("cudaStream_t s;\n")
+    assert main([str(src), "-o", str(tmp_path / "out"), "-q"]) == EXIT_OK
+    assert (tmp_path / "out" / "ember_hip_compat.h").read_text() == compat_header_text()
+    assert (tmp_path / "out" / "sub" / "q.cuh").read_text() == (
+        '#pragma once\n#include "../ember_hip_compat.h"\n#include <hip/hip_runtime.h>\n'
+        "__device__ int f(int a) { return ember_vsub4(a, 0x08080808); }\n"
+    )
+    assert (tmp_path / "out" / "plain.cu").read_text() == "hipStream_t s;\n"  # no include where not needed
+    assert not (src / "ember_hip_compat.h").exists()
+    assert main([str(src), "--inplace", "-q"]) == EXIT_OK
+    assert (src / "ember_hip_compat.h").exists()
+    assert '#include "../ember_hip_compat.h"' in (src / "sub" / "q.cuh").read_text()
+
+
+def test_compat_header_on_stdout_says_how_to_get_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "q.cu").write_text(SIMD)
+    assert main([str(tmp_path / "q.cu")]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert '#include "ember_hip_compat.h"' in out and "--write-compat-header" in err
+    assert main(["--write-compat-header", str(tmp_path / "inc")]) == EXIT_OK
+    assert "ember_vsub4" in (tmp_path / "inc" / "ember_hip_compat.h").read_text()
+
+
+def test_hip_version_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "b.cu").write_text("__device__ nv_bfloat162 h(nv_bfloat162 x) { return x; }\n")
+    assert main([str(tmp_path / "b.cu"), "--strict"]) == EXIT_OK
+    assert "__hip_bfloat162 h(__hip_bfloat162 x)" in capsys.readouterr().out
+    assert main([str(tmp_path / "b.cu"), "--strict", "--hip-version", "5.2"]) == EXIT_STRICT
+    assert "unconverted: nv_bfloat162" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "b.cu"), "--hip-version", "4.0"])

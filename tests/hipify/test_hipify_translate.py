@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ember.hipify import translate
+from ember.hipify import HipifyError, translate
 
 
 def out(src: str, **kw: object) -> str:
@@ -120,13 +120,40 @@ def test_cuda_version_macros_kept_in_conditions_only() -> None:
     assert [(u.line, u.name) for u in r.unconverted] == [(6, "CUDART_VERSION")]
 
 
-def test_bf16_scalar_and_block_atomics_map_bf16x2_reported() -> None:
-    src = (
-        "#include <cuda_bf16.h>\n"
-        "__device__ void f(nv_bfloat16* p, __nv_bfloat16 x, nv_bfloat162 y, int* c) {\n"
-        "  atomicAdd_block(c, 1); atomicMax_block(c, 2); float g = __bfloat162float(x);\n}\n"
-    )
+BF16_SOURCE = (
+    "#include <cuda_bf16.h>\n"
+    "__device__ void f(nv_bfloat16* p, __nv_bfloat16 x, nv_bfloat162 y, int* c) {\n"
+    "  atomicAdd_block(c, 1); atomicMax_block(c, 2); float g = __bfloat162float(x);\n}\n"
+)
+
+
+def test_bf16_hip64_maps_pairs_and_intrinsics() -> None:
+    r = translate(BF16_SOURCE, "t.cu")
+    assert r.output.splitlines()[:3] == [
+        "#include <hip/hip_bf16.h>",
+        "__device__ void f(__hip_bfloat16* p, __hip_bfloat16 x, __hip_bfloat162 y, int* c) {",
+        "  atomicAdd(c, 1); atomicMax(c, 2); float g = __bfloat162float(x);",
+    ]
+    assert r.unconverted == []
+
+
+def test_fp8_and_driver_error_strings_hip64_only() -> None:
+    src = "__nv_fp8_e4m3 v(x); const char* s; cuGetErrorString(e, &s); y = CUDART_INF_F;\n"
     r = translate(src, "t.cu")
+    assert r.output == "__hip_fp8_e4m3 v(x); const char* s; hipDrvGetErrorString(e, &s); y = HIP_INF_F;\n"
+    old = translate(src, "t.cu", hip_version="5.2")
+    assert old.output == src
+    assert sorted(u.name for u in old.unconverted) == ["CUDART_INF_F", "__nv_fp8_e4m3", "cuGetErrorString"]
+    assert all("hip" in u.alternative.lower() for u in old.unconverted)
+
+
+def test_unknown_hip_version_is_rejected() -> None:
+    with pytest.raises(HipifyError, match="6.4"):
+        translate("cudaMalloc(&p, n);", "t.cu", hip_version="4.0")
+
+
+def test_bf16_scalar_and_block_atomics_map_bf16x2_reported() -> None:
+    r = translate(BF16_SOURCE, "t.cu", hip_version="5.2")
     assert r.output.splitlines()[:3] == [
         "#include <hip/hip_bfloat16.h>",
         "__device__ void f(hip_bfloat16* p, hip_bfloat16 x, nv_bfloat162 y, int* c) {",
@@ -183,7 +210,8 @@ def test_unknown_cuda_name_reported_but_project_names_not() -> None:
 
 def test_device_prop_members() -> None:
     src = "cudaDeviceProp p; x = p.sharedMemPerMultiprocessor + p.asyncEngineCount + p.warpSize;\n"
-    r = translate(src, "t.cu")
+    assert translate(src, "t.cu").unconverted == []  # HIP 6.4's hipDeviceProp_t has asyncEngineCount
+    r = translate(src, "t.cu", hip_version="5.2")
     assert "p.maxSharedMemoryPerMultiProcessor" in r.output and "p.asyncEngineCount" in r.output
     assert [u.name for u in r.unconverted] == ["cudaDeviceProp::asyncEngineCount"]
     assert "hipDeviceAttributeAsyncEngineCount" in r.unconverted[0].alternative

@@ -11,10 +11,15 @@ lists below) with the headers installed on the machine:
   name lists below (the HIP libraries mirror the CUDA names) and are not header-checked here.
 
 Usage: python3 tests/hipify/tools/build_maps.py  (from the repository root)
+
+``--hip-include DIR --out DIR`` builds the same tables against another HIP install (e.g.
+``/opt/ember-rocm-6.4/usr/include`` from scripts/fetch_rocm_sysroot.sh) into another folder;
+``tests/hipify/tools/build_hip64_overlay.py`` turns the difference into ``maps/hip64.json``.
 """
 
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import re
@@ -26,9 +31,14 @@ sys.path.insert(0, str(ROOT))
 
 from ember.hipify.tokenizer import IDENT, tokenize  # noqa: E402
 
+_ARGS = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+_ARGS.add_argument("--hip-include", default="/usr/include", help="include root holding hip/, hiprand/, hipsparse/")
+_ARGS.add_argument("--out", default=str(ROOT / "ember" / "hipify" / "maps"), help="folder the tables go to")
+_OPTS = _ARGS.parse_args() if __name__ == "__main__" else _ARGS.parse_args([])
 CUDA_INC = Path("/usr/local/cuda/include")
-HIP_INC = Path("/usr/include/hip")
-OUT = ROOT / "ember" / "hipify" / "maps"
+HIP_ROOT = Path(_OPTS.hip_include)
+HIP_INC = HIP_ROOT / "hip"
+OUT = Path(_OPTS.out)
 
 
 def header_tokens(paths: list[Path]) -> list[tuple[str, str]]:
@@ -37,11 +47,7 @@ def header_tokens(paths: list[Path]) -> list[tuple[str, str]]:
     for p in paths:
         if not p.exists():
             continue
-        toks = [
-            t
-            for t in tokenize(p.read_text(errors="replace"), str(p))
-            if t.kind not in ("ws", "nl", "comment")
-        ]
+        toks = [t for t in tokenize(p.read_text(errors="replace"), str(p)) if t.kind not in ("ws", "nl", "comment")]
         for i, t in enumerate(toks):
             if t.kind == IDENT:
                 out.append((t.text, toks[i + 1].text if i + 1 < len(toks) else ""))
@@ -961,8 +967,6 @@ def cusolver_names() -> tuple[dict[str, str], dict[str, str]]:
         "gesvdjBatched_bufferSize",
         "gebrd_bufferSize",
         "sytrf_bufferSize",
-        "gels",
-        "gels_bufferSize",
     ]
     ops_real = [
         "orgqr",
@@ -992,6 +996,8 @@ def cusolver_names() -> tuple[dict[str, str], dict[str, str]]:
     for t in ("S", "D", "C", "Z"):
         for op in ops_all + (ops_real if t in "SD" else ops_cplx):
             m[f"cusolverDn{t}{op}"] = f"hipsolverDn{t}{op}"
+        for op in ("gels", "gels_bufferSize"):  # the iterative-refinement solver: cusolverDnSSgels, ...
+            m[f"cusolverDn{t}{t}{op}"] = f"hipsolverDn{t}{t}{op}"
     m["cusolverDnHandle_t"] = "hipsolverDnHandle_t"
     m["cusolverStatus_t"] = "hipsolverStatus_t"
     m["cusolverEigMode_t"] = "hipsolverEigMode_t"
@@ -1155,14 +1161,14 @@ CUB_SUPPORTED = [
     "min",
     "max",
     "Debug",
-    "PtxVersion",
-    "SmVersion",
-    "MaxSmOccupancy",
     "RadixSortTwiddle",
     "FutureValue",
     "Difference",
 ]
 CUB_UNSUPPORTED = {
+    "PtxVersion": "hipDeviceGetAttribute / hipGetDeviceProperties (gcnArchName): hipCUB has no PtxVersion",
+    "SmVersion": "hipDeviceGetAttribute(hipDeviceAttributeComputeCapabilityMajor/Minor): hipCUB has no SmVersion",
+    "MaxSmOccupancy": "hipOccupancyMaxActiveBlocksPerMultiprocessor (hipCUB has no MaxSmOccupancy)",
     "DeviceFor": "a plain kernel (hipCUB has no DeviceFor)",
     "DeviceTransform": "a plain kernel (hipCUB has no DeviceTransform)",
     "DeviceCopy": "hipMemcpyAsync per buffer (hipCUB 5.x has no DeviceCopy)",
@@ -1258,8 +1264,7 @@ CUDNN_UNSUPPORTED = {
     "cudnnSetFilter4dDescriptor": "miopenSet4dTensorDescriptor",
     "cudnnSetConvolution2dDescriptor": "miopenInitConvolutionDescriptor (different argument order)",
     "cudnnConvolutionForward": "miopenFindConvolutionForwardAlgorithm + miopenConvolutionForward",
-    "cudnnConvolutionBackwardData": "miopenFindConvolutionBackwardDataAlgorithm + "
-    "miopenConvolutionBackwardData",
+    "cudnnConvolutionBackwardData": "miopenFindConvolutionBackwardDataAlgorithm + miopenConvolutionBackwardData",
     "cudnnConvolutionBackwardFilter": "miopenFindConvolutionBackwardWeightsAlgorithm + "
     "miopenConvolutionBackwardWeights",
     "cudnnGetConvolutionForwardAlgorithm_v7": "miopenFindConvolutionForwardAlgorithm",
@@ -1419,8 +1424,7 @@ def runtime_tables(cuda_rt: set[str], cuda_funcs: set[str]) -> tuple[dict, dict]
         if hip in HIP and name not in funcs["map"] and name not in types["map"]:
             (
                 funcs
-                if name in cuda_funcs
-                or name.startswith(("cudaThread", "cudaMalloc", "cudaFree", "cudaHostAlloc("))
+                if name in cuda_funcs or name.startswith(("cudaThread", "cudaMalloc", "cudaFree", "cudaHostAlloc("))
                 else types
             )["map"][name] = hip
     for name, alt in RUNTIME_UNSUPPORTED_ALT.items():
@@ -1455,7 +1459,7 @@ def runtime_tables(cuda_rt: set[str], cuda_funcs: set[str]) -> tuple[dict, dict]
     types["unsupported"]["__CUDA_ARCH_LIST__"] = "none"
     for name in sorted(idents([CUDA_INC / "math_constants.h"])):
         if name.startswith("CUDART_") and name != "CUDART_VERSION" and not name.endswith("_H__"):
-            types["unsupported"][name] = "HIPRT_" + name[7:] + " (hip/hip_math_constants.h, HIP >= 5.5)"
+            types["unsupported"][name] = "HIP_" + name[7:] + " (hip/hip_math_constants.h of HIP 6; --hip-version 6.4)"
     return funcs, types
 
 
@@ -1479,9 +1483,7 @@ PROP_RENAMED = {
 def device_prop_members() -> dict:
     """cudaDeviceProp fields that hipDeviceProp_t lacks (or names differently)."""
     cuda = _struct_fields(CUDA_INC / "driver_types.h", "struct __device_builtin__ cudaDeviceProp", "};")
-    hip = _struct_fields(
-        HIP_INC / "hip_runtime_api.h", "typedef struct hipDeviceProp_t", "} hipDeviceProp_t;"
-    )
+    hip = _struct_fields(HIP_INC / "hip_runtime_api.h", "typedef struct hipDeviceProp_t", "} hipDeviceProp_t;")
     attr_ci = ci_lookup({n for n in HIP if n.startswith("hipDeviceAttribute")})
     renamed = {k: v for k, v in PROP_RENAMED.items() if v in hip}
     missing = {}
@@ -1662,7 +1664,7 @@ def main() -> None:
     )
     write("device", "CUDA device functions and intrinsics", device_table(), "hip")
     rand = mirror_table(
-        [Path(p) for p in glob.glob("/usr/include/hiprand/*.h")], "curand", "CURAND", "hiprand", "HIPRAND"
+        [Path(p) for p in glob.glob(str(HIP_ROOT / "hiprand" / "*.h"))], "curand", "CURAND", "hiprand", "HIPRAND"
     )
     rand["map"] = {
         k: v
@@ -1670,16 +1672,14 @@ def main() -> None:
         if k not in ("curand_hcc", "curand_kernel_hcc", "curand_name", "curand_version")
     }
     write("curand", "cuRAND -> hipRAND", rand, "hiprand")
-    sparse = mirror_table(
-        [Path("/usr/include/hipsparse/hipsparse.h")], "cusparse", "CUSPARSE", "hipsparse", "HIPSPARSE"
-    )
+    sparse = mirror_table([HIP_ROOT / "hipsparse" / "hipsparse.h"], "cusparse", "CUSPARSE", "hipsparse", "HIPSPARSE")
     write("cusparse", "cuSPARSE -> hipSPARSE", sparse, "hipsparse")
     m, u = cublas_names()
     write("cublas", "cuBLAS -> hipBLAS", {"map": m, "unsupported": u}, "hipblas")
     m, u = cufft_names()
-    write("cufft", "cuFFT -> hipFFT", {"map": m, "unsupported": u}, "")
+    write("cufft", "cuFFT -> hipFFT", {"map": m, "unsupported": u}, "hipfft")
     m, u = cusolver_names()
-    write("cusolver", "cuSOLVER -> hipSOLVER", {"map": m, "unsupported": u}, "")
+    write("cusolver", "cuSOLVER -> hipSOLVER", {"map": m, "unsupported": u}, "hipsolver")
     write(
         "cub",
         "CUB -> hipCUB",
@@ -1689,14 +1689,10 @@ def main() -> None:
             "members": sorted(CUB_SUPPORTED),
             "unsupported": CUB_UNSUPPORTED,
         },
-        "",
+        "hipcub",
     )
-    write(
-        "cudnn", "cuDNN -> MIOpen (one-to-one only)", {"map": CUDNN_MAP, "unsupported": CUDNN_UNSUPPORTED}, ""
-    )
-    write(
-        "includes", "CUDA headers -> HIP headers", {"map": INCLUDES, "unsupported": INCLUDES_UNSUPPORTED}, ""
-    )
+    write("cudnn", "cuDNN -> MIOpen (one-to-one only)", {"map": CUDNN_MAP, "unsupported": CUDNN_UNSUPPORTED}, "miopen")
+    write("includes", "CUDA headers -> HIP headers", {"map": INCLUDES, "unsupported": INCLUDES_UNSUPPORTED}, "")
     for p in sorted(OUT.glob("*.json")):
         d = json.loads(p.read_text())
         print(f"{p.name:16} map={len(d.get('map', {})):5} unsupported={len(d.get('unsupported', {})):5}")
