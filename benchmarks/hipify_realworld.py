@@ -38,7 +38,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ember.hipify import HipifyError  # noqa: E402
 from ember.hipify.cli import main as hipify_main  # noqa: E402
+from ember.hipify.toolchain import (  # noqa: E402
+    DEFAULT_HIP_VERSION,
+    HIP_VERSIONS,
+    HipToolchain,
+    find_hip_toolchain,
+    rocm_sysroot,
+)
 
 CODEBASES = [
     {
@@ -101,6 +109,24 @@ def hip_lib_headers() -> dict:
     return {"include": str(include) if include.is_dir() else None, "packages": versions}
 
 
+def _compiler_version(toolchain: HipToolchain | None) -> str | None:
+    """First line of the compiler's --version (None without a toolchain)."""
+    if toolchain is None:
+        return None
+    out = subprocess.run([toolchain.compiler, "--version"], capture_output=True, text=True, check=False).stdout
+    return (out.splitlines() or [""])[0]
+
+
+def rocm_sysroot_info() -> dict:
+    """Make sure the HIP 6.4 sysroot is unpacked (best effort); its prefix and package versions."""
+    root = rocm_sysroot()
+    if not (root / "VERSIONS").is_file():
+        subprocess.run(["bash", str(ROOT / "scripts" / "fetch_rocm_sysroot.sh")], check=False)
+    versions = (root / "VERSIONS").read_text().split() if (root / "VERSIONS").is_file() else []
+    include = root / "usr" / "include"
+    return {"include": str(include) if include.is_dir() else None, "packages": versions}
+
+
 def fetch(cb: dict, dl: Path) -> Path:
     """Download and unpack the code base's sdist into ``dl``; returns the directory to translate."""
     root = dl / cb["root"]
@@ -132,22 +158,20 @@ def reason(log: str, rc: int) -> tuple[str, str]:
     return "compile error", first[:300]
 
 
-def compile_one(path: Path, tree: Path, cb: dict, timeout: int, hip_include: str | None) -> dict:
-    """hipcc one translated unit for gfx90a.
+def compile_one(path: Path, tree: Path, cb: dict, timeout: int, toolchain: HipToolchain) -> dict:
+    """Compile one translated unit for gfx90a with the target's toolchain (``-c``, output discarded).
 
     A ``.cu`` unit is compiled as HIP (nvcc compiles it in the CUDA build); any other unit (LightGBM's
     ``cuda/*.cpp``) is compiled as host C++ against the HIP runtime headers, as the CUDA build hands it to the
     host C++ compiler: as HIP, its calls of ``__device__`` helpers from host code would not compile.
     """
-    env = dict(os.environ, HIP_PLATFORM="amd")
-    if path.suffix == ".cu":
-        cmd = ["hipcc", "--offload-arch=gfx90a", "-x", "hip"]
-    else:
-        env["HIP_COMPILE_CXX_AS_HIP"] = "0"
-        cmd = ["hipcc", "-D__HIP_PLATFORM_AMD__=1"]
-    cmd += ["-std=c++17", "-c", str(path), "-o", os.devnull]
-    cmd += [f"-I{tree / inc}" for inc in cb["includes"]] + [f"-D{d}" for d in cb["defines"] + HIP_DEFINES]
-    cmd += ["-isystem", hip_include] if hip_include else []
+    env = toolchain.environment()
+    defines = cb["defines"] + HIP_DEFINES
+    if path.suffix != ".cu":
+        env["HIP_COMPILE_CXX_AS_HIP"] = "0"  # hipcc 5.2: leave a .cpp to the host compiler
+        defines = [*defines, "__HIP_PLATFORM_AMD__=1"]
+    includes = [str(tree / inc) for inc in cb["includes"]]
+    cmd = toolchain.command(str(path), os.devnull, includes=includes, defines=defines, as_hip=path.suffix == ".cu")
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
@@ -172,7 +196,7 @@ def compile_limit(specs: list[str], cb: dict) -> int | None:
     return limit
 
 
-def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, hip_include: str | None) -> dict:
+def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, toolchain: HipToolchain | None) -> dict:
     """Translate one code base, compile its CUDA units, return its record."""
     src = fetch(cb, dl)
     tree = work / cb["package"]
@@ -181,7 +205,7 @@ def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, hip_i
     # copy the tree, then write the translations over the copies
     shutil.copytree(src, tree, symlinks=True)
     t0 = time.time()
-    rc = hipify_main([str(src), "-o", str(tree), "-q", "--stats-json", str(stats)])
+    rc = hipify_main([str(src), "-o", str(tree), "-q", "--stats-json", str(stats), "--hip-version", args.hip_version])
     seconds = time.time() - t0
     summary = json.loads(stats.read_text())
     total = summary["total"]
@@ -190,9 +214,9 @@ def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, hip_i
     if limit is not None:
         units = units[:limit]
     compiled: list[dict] = []
-    if shutil.which("hipcc") and units:
+    if toolchain is not None and units:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            compiled = list(pool.map(lambda p: compile_one(p, tree, cb, args.timeout, hip_include), units))
+            compiled = list(pool.map(lambda p: compile_one(p, tree, cb, args.timeout, toolchain), units))
     refs = total["converted"] + total["unconverted"]
     cuda_files = [f for f in summary["files"] if f["converted"] + f["unconverted"]]
     return {
@@ -215,11 +239,12 @@ def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, hip_i
         "warnings_by_rule": total["warnings_by_rule"],
         "errors": summary["errors"],
         "hipcc": {
-            "command": "hipcc --offload-arch=gfx90a -x hip -std=c++17 -c UNIT.cu "
-            "(other units: HIP_COMPILE_CXX_AS_HIP=0 hipcc -D__HIP_PLATFORM_AMD__=1 -std=c++17 -c UNIT.cpp) "
-            + " ".join(f"-I{i}" for i in cb["includes"])
-            + "".join(f" -D{d}" for d in cb["defines"] + HIP_DEFINES)
-            + (f" -isystem {hip_include}" if hip_include else ""),
+            "command": " ".join(
+                toolchain.command("UNIT.cu", "/dev/null", includes=cb["includes"], defines=cb["defines"] + HIP_DEFINES)
+            )
+            + " (a .cpp unit: -x c++ -D__HIP_PLATFORM_AMD__=1)"
+            if toolchain
+            else None,
             "units": len(sorted({p for pattern in cb["units"] for p in tree.glob(pattern)})),
             "attempted": len(compiled),
             "ok": sum(1 for c in compiled if c["rc"] == 0),
@@ -241,30 +266,36 @@ def main() -> int:
         help="compile at most N units (in sorted order) of every code base, or PACKAGE=N for one",
     )
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--hip-version", choices=HIP_VERSIONS, default=DEFAULT_HIP_VERSION, help="HIP target")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "hipify_realworld.json"))
     args = ap.parse_args()
     dl = Path(args.dl_dir)
     dl.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hipify_rw_"))
-    libs = hip_lib_headers()
+    libs = hip_lib_headers() if args.hip_version == "5.2" else rocm_sysroot_info()
+    try:
+        toolchain: HipToolchain | None = find_hip_toolchain(args.hip_version)
+    except HipifyError as exc:
+        print(f"no HIP {args.hip_version} toolchain, translating only: {exc}", file=sys.stderr)
+        toolchain = None
     records = []
     for cb in CODEBASES:
         if args.only and cb["name"] not in args.only and cb["package"] not in args.only:
             continue
-        rec = run_codebase(cb, dl, work, args, libs["include"])
+        rec = run_codebase(cb, dl, work, args, toolchain)
         records.append(rec)
         h = rec["hipcc"]
         print(
             f"{rec['name']}: {rec['files']} files ({rec['files_with_cuda_references']} with CUDA references), "
             f"{rec['references']} references, {rec['converted']} converted, {rec['unconverted']} unconverted "
-            f"({rec['percent']}%); hipcc gfx90a {h['ok']}/{h['attempted']}; failures: {h['failures_by_reason']}"
+            f"({rec['percent']}%); HIP {args.hip_version} gfx90a compiles {h['ok']}/{h['attempted']}; "
+            f"failures: {h['failures_by_reason']}"
         )
     result = {
-        "hipcc": subprocess.run(["hipcc", "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
-        if shutil.which("hipcc")
-        else None,
-        "hip_library_headers": libs,
+        "hip_version": args.hip_version,
+        "compiler": _compiler_version(toolchain),
+        "hip_headers": libs,
         "command": "python benchmarks/hipify_realworld.py " + " ".join(sys.argv[1:]),
         "codebases": records,
     }

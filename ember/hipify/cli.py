@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from .conditions import integer_defines
 from .errors import HipifyError
 from .files import Source, backup, collect, read_source, write_text
 from .maps import compat_header_text, load_maps, table_sizes
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         except HipifyError as exc:
             errors.append(str(exc))
     local_names: set[str] = set()
+    project_defines = integer_defines(texts.values())
     for path, text in texts.items():
         try:
             local_names |= local_declarations(tokenize(text, str(path)))
@@ -163,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 local_headers=local_headers,
                 hip_version=args.hip_version,
                 compat_include=_compat_include(src, args, single, header_dest),
+                project_defines=project_defines,
             )
         except HipifyError as exc:
             errors.append(str(exc))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+from .conditions import Region, inactive_regions
 from .launch import find_launches, ggl_text
 from .lint import lint
 from .maps import CUDA_LIKE, Maps, load_maps
@@ -57,6 +58,7 @@ def translate(
     local_headers: frozenset[str] | set[str] | None = None,
     hip_version: str = DEFAULT_HIP_VERSION,
     compat_include: str | None = None,
+    project_defines: dict[str, int | None] | None = None,
 ) -> Result:
     """Translate CUDA source text to HIP.
 
@@ -71,6 +73,11 @@ def translate(
     (``__vsub4``, ``__dp4a``, ...) becomes its ``ember_*`` function, and the file gets
     ``#include "<compat_include>"`` (default: the header's bare name, ``ember_hip_compat.h``; the CLI passes
     the path relative to the output file) as its first directive; ``Result.compat`` says so.
+    A CUDA name with no HIP counterpart inside a preprocessor branch that no HIP compile takes (found by
+    ``conditions.inactive_regions`` for the device and the host pass: CUDA version macros undefined,
+    ``__CUDA_ARCH__`` answered as in ``_cuda_arch``; ``project_defines`` are the project's integer macros, see
+    ``conditions.integer_defines``) is kept and counted converted with kind ``inactive``, naming the branch:
+    HIP never compiles it, as the clang-based HIPIFY, which sees only active branches, never reports it.
     Raises HipifyError when the text cannot be tokenized (an unterminated comment) or the version is unknown.
     """
     if launch_syntax not in LAUNCH_SYNTAXES:
@@ -111,6 +118,7 @@ def translate(
                     if _between_chevrons(tokens, k):
                         out[k] = ""
             result.converted.append(Reference(launch.line, name, "launch", "<<<...>>>"))
+    _keep_inactive(source, result, project_defines or {})
     result.converted.sort(key=lambda r: r.line)
     result.unconverted.sort(key=lambda r: r.line)
     result.compat = any(r.kind == "compat" for r in result.converted)
@@ -120,6 +128,24 @@ def translate(
     result.warnings = lint(tokens, maps)
     result.lines_total, result.lines_changed = _line_counts(source, result.output)
     return result
+
+
+def _keep_inactive(source: str, result: Result, project: dict[str, int | None]) -> None:
+    """Move unconverted references in branches no HIP pass compiles to ``converted`` (kind ``inactive``)."""
+    if not result.unconverted:
+        return
+    regions: list[Region] = inactive_regions(source, HIP_PASSES, project)
+    if not regions:
+        return
+    kept = []
+    for ref in result.unconverted:
+        region = next((r for r in regions if r.first <= ref.line <= r.last), None)
+        if region is None:
+            kept.append(ref)
+            continue
+        note = f"{ref.name} kept: HIP never compiles this branch (line {region.directive_line}: {region.condition})"
+        result.converted.append(Reference(ref.line, ref.name, "inactive", note))
+    result.unconverted = kept
 
 
 def _include_compat_header(tokens: list[Token], out: list[str], header: str) -> None:
@@ -434,3 +460,22 @@ def local_declarations(tokens: list[Token]) -> set[str]:
         ):
             names.add(t.text)
     return names
+
+
+# what a HIP compile sees in each pass: no CUDA toolkit version macro; __CUDA_ARCH__ as _cuda_arch translates it
+_NO_CUDA_VERSION: dict[str, int | None] = {
+    name: None
+    for name in (
+        *sorted(VERSION_MACROS),
+        "CCCL_MAJOR_VERSION",
+        "CCCL_MINOR_VERSION",
+        "CCCL_PATCH_VERSION",
+        "CUB_VERSION",
+        "THRUST_VERSION",
+        "__CUDACC_RTC__",
+    )
+}
+HIP_PASSES: tuple[dict[str, int | None], ...] = (
+    {**_NO_CUDA_VERSION, "__CUDA_ARCH__": CUDA_ARCH_EQUIVALENT, "__CUDACC__": 1, "__NVCC__": 1},
+    {**_NO_CUDA_VERSION, "__CUDA_ARCH__": None, "__CUDACC__": 1, "__NVCC__": 1},
+)

@@ -356,3 +356,26 @@ def test_ptx_trap_becomes_builtin_trap_and_other_asm_is_linted() -> None:
 def test_trap_and_vmm_types_map_to_hip_5_2_names() -> None:
     src = "CUmemAllocationProp p; p.type = CU_MEM_ALLOCATION_TYPE_PINNED; __trap();\n"
     assert out(src) == "hipMemAllocationProp p; p.type = hipMemAllocationTypePinned; abort();\n"
+
+
+def test_unsupported_name_in_a_branch_hip_never_compiles_is_kept_not_reported() -> None:
+    src = (
+        "#define CC_HOPPER 900\n"
+        "#if CUDART_VERSION >= 12080\n"
+        "__nv_fp4x4_e2m1 q;\n"
+        "#else\n"
+        "int q;\n"
+        "#endif\n"
+        "#if defined(USE_PDL) && __CUDA_ARCH__ >= CC_HOPPER\n"
+        "cudaGridDependencySynchronize();\n"
+        "#endif\n"
+        "#if __CUDA_ARCH__ >= 600 || defined(OTHER)\n"
+        "cudaGridDependencySynchronize();\n"
+        "#endif\n"
+    )
+    r = translate(src, "t.cu", project_defines={"CC_HOPPER": 900})
+    assert r.output == src.replace("__CUDA_ARCH__", "(__HIP_DEVICE_COMPILE__ * 600)")
+    inactive = [(c.line, c.name) for c in r.converted if c.kind == "inactive"]
+    assert inactive == [(3, "__nv_fp4x4_e2m1"), (8, "cudaGridDependencySynchronize")]
+    assert "line 2: #if CUDART_VERSION >= 12080" in r.converted[[c.line for c in r.converted].index(3)].hip
+    assert [(u.line, u.name) for u in r.unconverted] == [(11, "cudaGridDependencySynchronize")]  # may be compiled
