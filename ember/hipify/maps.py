@@ -134,6 +134,8 @@ class Maps:
             self.unsupported.pop(name, None)
         for field in data["device_prop_fields"]:
             self.prop_missing.pop(field, None)
+        self.prop_structs.update(data["member_structs"])
+        self.prop_members.update(data["member_renames"])
         for cuda, hip in data["includes"].items():
             self.includes[cuda] = hip
             self.includes_unsupported.pop(cuda, None)

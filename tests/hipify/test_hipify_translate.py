@@ -379,3 +379,9 @@ def test_unsupported_name_in_a_branch_hip_never_compiles_is_kept_not_reported() 
     assert inactive == [(3, "__nv_fp4x4_e2m1"), (8, "cudaGridDependencySynchronize")]
     assert "line 2: #if CUDART_VERSION >= 12080" in r.converted[[c.line for c in r.converted].index(3)].hip
     assert [(u.line, u.name) for u in r.unconverted] == [(11, "cudaGridDependencySynchronize")]  # may be compiled
+
+
+def test_pointer_attribute_memory_type_renamed_for_hip64() -> None:
+    src = "cudaPointerAttributes a; cudaPointerGetAttributes(&a, p); if (a.memoryType == cudaMemoryTypeHost) {}\n"
+    assert "a.type == hipMemoryTypeHost" in translate(src, "t.cu").output  # HIP 6 took CUDA's name
+    assert "a.memoryType == hipMemoryTypeHost" in translate(src, "t.cu", hip_version="5.2").output

@@ -113,6 +113,10 @@ def main(maps64: Path) -> None:
         "same": sorted(same),
         "includes": dict(sorted(includes.items())),
         "device_prop_fields": fields,
+        # HIP 6 renamed hipPointerAttribute_t::memoryType to CUDA's own name, type; code for old CUDA
+        # (taken under HIP, where CUDA_VERSION is undefined) still says memoryType
+        "member_structs": ["cudaPointerAttributes"],
+        "member_renames": {"memoryType": "type"},
     }
     (MAPS / "hip64.json").write_text(json.dumps(data, indent=1, ensure_ascii=True) + "\n")
     print(f"hip64.json: map={len(mapped)} same={len(same)} includes={len(includes)}")
