@@ -14,33 +14,8 @@ set -u
 prefix="${EMBER_HIP_LIBS:-/opt/ember-hip-libs}"
 stamp="$prefix/VERSIONS"
 [ -f "$stamp" ] && [ -f "$prefix/usr/include/hipblas/hipblas.h" ] && exit 0
-command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1 || {
-  echo "fetch_hip_lib_headers: needs apt-get and dpkg" >&2
-  exit 0
-}
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-[ -f "$keyring" ] || { echo "fetch_hip_lib_headers: no $keyring" >&2; exit 0; }
 suite="${EMBER_HIP_LIBS_SUITE:-sid}"
 # versions checked to compile with hipcc 5.2; when the archive has moved on, the suite's current one is taken
 pins=(libhipblas-dev=6.4.4-1 libhipblas-common-dev=7.1.0-1+b1 libhipcub-dev=6.4.3-2 librocprim-dev=6.4.3-2
   librccl-dev=5.4.3-3+b1)
-apt_dir="$(mktemp -d)"
-trap 'rm -rf "$apt_dir"' EXIT
-mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs"
-echo "deb [signed-by=$keyring] http://deb.debian.org/debian $suite main" >"$apt_dir/sources.list"
-opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$apt_dir/lists"
-  -o "Dir::Cache=$apt_dir/cache" -o "APT::Sandbox::User=root" -qq)
-if ! apt-get "${opts[@]}" update >/dev/null 2>&1; then
-  echo "fetch_hip_lib_headers: apt-get update of Debian $suite failed; HIP library headers not fetched" >&2
-  exit 0
-fi
-cd "$apt_dir/debs" || exit 0
-for pin in "${pins[@]}"; do
-  apt-get "${opts[@]}" download "$pin" >/dev/null 2>&1 || apt-get "${opts[@]}" download "${pin%%=*}" >/dev/null 2>&1 ||
-    echo "fetch_hip_lib_headers: ${pin%%=*} not found in Debian $suite" >&2
-done
-ls ./*.deb >/dev/null 2>&1 || exit 0
-mkdir -p "$prefix" || exit 0
-for deb in ./*.deb; do dpkg -x "$deb" "$prefix" || echo "fetch_hip_lib_headers: cannot unpack $deb" >&2; done
-for deb in ./*.deb; do dpkg-deb -f "$deb" Package Version | paste -sd' '; done | sed 's/ Version: /=/; s/^Package: //' >"$stamp"
-exit 0
+exec "$(dirname "$0")/debian_unpack.sh" "$prefix" "$suite" fetch_hip_lib_headers "${pins[@]}"

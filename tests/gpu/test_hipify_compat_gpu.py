@@ -12,6 +12,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,32 +23,9 @@ COMPAT_DIR = Path(ember.hipify.__file__).parent / "compat"
 HEADER = COMPAT_DIR / "ember_hip_compat.h"
 DEFINITION = re.compile(r"^EMBER_COMPAT_FN (unsigned int|int) (ember_\w+)\(([^)]*)\)", re.M)
 
-EDGES = [
-    0x00000000,
-    0x00000001,
-    0x0000007F,
-    0x00000080,
-    0x000000FF,
-    0x00007FFF,
-    0x00008000,
-    0x0000FFFF,
-    0x80808080,
-    0x7F7F7F7F,
-    0xFFFFFFFF,
-    0x80000000,
-    0x7FFFFFFF,
-    0x7F80FF01,
-    0x017F80FE,
-    0x80007FFF,
-    0x7FFF8000,
-    0xFFFF0001,
-    0x00FF00FF,
-    0xFF00FF00,
-    0x8001FF7F,
-    0x12345678,
-]
-ACCUMULATORS = [0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFF00, 1000]
-EDGE_BYTES = [0x00, 0x01, 0x7E, 0x7F, 0x80, 0x81, 0xFE, 0xFF]
+# the same edge inputs as the host test (tests/hipify/test_hipify_compat.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hipify"))
+from test_hipify_compat import ACCUMULATORS, EDGE_BYTES, EDGES  # noqa: E402
 
 
 def header_functions() -> list[tuple[str, str, int]]:
