@@ -276,6 +276,8 @@ def _identifier(
         kind, hip = hit
         out[i] = hip
         result.converted.append(Reference(tok.line, name, kind, hip))
+        if name in _KERNEL_POINTER_ARG:
+            _cast_kernel_argument(tokens, i, out, _KERNEL_POINTER_ARG[name])
         return
     if name in maps.same:
         return
@@ -293,6 +295,33 @@ def _identifier(
         return
     elif CUDA_LIKE.match(name):
         result.unconverted.append(Reference(tok.line, name, "unknown", None, ""))
+
+
+# CUDA runtime functions that cuda_runtime.h overloads with a template taking the kernel itself; HIP declares only
+# the ``const void*`` form, so the kernel argument (index) gets a cast
+_KERNEL_POINTER_ARG = {
+    "cudaFuncSetAttribute": 0,
+    "cudaFuncGetAttributes": 1,
+    "cudaFuncSetCacheConfig": 0,
+    "cudaFuncSetSharedMemConfig": 0,
+}
+_VOID_CAST = "reinterpret_cast<const void*>"
+
+
+def _cast_kernel_argument(tokens: list[Token], i: int, out: list[str], index: int) -> None:
+    """Wrap argument ``index`` of the call at token ``i`` in ``reinterpret_cast<const void*>(...)``."""
+    paren = next_sig(tokens, i)
+    if not is_punct(tokens, paren, "("):
+        return  # the name taken as a value: nothing to cast
+    args, close = split_args(tokens, paren)
+    if close < 0 or len(args) <= index:
+        return
+    start, end = strip_range(tokens, *args[index])
+    written = "".join(t.text for t in tokens[start:end])
+    if start >= end or written.startswith(("(const void", "reinterpret_cast<const void", "static_cast<const void")):
+        return
+    out[start] = f"{_VOID_CAST}(" + out[start]
+    out[end - 1] = out[end - 1] + ")"
 
 
 def _device_prop_member(tokens: list[Token], i: int, out: list[str], maps: Maps, result: Result) -> bool:

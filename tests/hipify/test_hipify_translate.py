@@ -385,3 +385,16 @@ def test_pointer_attribute_memory_type_renamed_for_hip64() -> None:
     src = "cudaPointerAttributes a; cudaPointerGetAttributes(&a, p); if (a.memoryType == cudaMemoryTypeHost) {}\n"
     assert "a.type == hipMemoryTypeHost" in translate(src, "t.cu").output  # HIP 6 took CUDA's name
     assert "a.memoryType == hipMemoryTypeHost" in translate(src, "t.cu", hip_version="5.2").output
+
+
+def test_kernel_pointer_argument_cast_for_hip_func_apis() -> None:
+    src = (
+        "cudaFuncSetAttribute(k<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);\n"
+        "cudaFuncGetAttributes(&a, k);\n"
+    )
+    assert translate(src, "t.cu").output == (
+        "hipFuncSetAttribute(reinterpret_cast<const void*>(k<T, 4>), hipFuncAttributeMaxDynamicSharedMemorySize, n);\n"
+        "hipFuncGetAttributes(&a, reinterpret_cast<const void*>(k));\n"
+    )
+    already = "cudaFuncSetAttribute((const void*)k, cudaFuncAttributeMaxDynamicSharedMemorySize, n);\n"
+    assert "((const void*)k," in translate(already, "t.cu").output

@@ -1377,7 +1377,7 @@ def runtime_tables(cuda_rt: set[str], cuda_funcs: set[str]) -> tuple[dict, dict]
     types: dict[str, dict] = {"map": {}, "unsupported": {}}
     attr_ci = ci_lookup({n for n in HIP if n.startswith("hipDeviceAttribute")})
     for name in sorted(n for n in cuda_rt if re.match(r"cuda[A-Z]", n)):
-        if re.search(r"_(ptsz|ptds)$", name) or name.startswith("cudaOcc"):
+        if re.search(r"_(ptsz|ptds)$", name) or (name.startswith("cudaOcc") and not name.startswith("cudaOccupancy")):
             continue
         tab = funcs if name in cuda_funcs else types
         hip = RUNTIME_OVERRIDES.get(name)
