@@ -8,7 +8,6 @@ shows up on a machine with nvcc only; the comparison itself needs an NVIDIA GPU 
 
 from __future__ import annotations
 
-import random
 import re
 import shutil
 import subprocess
@@ -25,7 +24,8 @@ DEFINITION = re.compile(r"^EMBER_COMPAT_FN (unsigned int|int) (ember_\w+)\(([^)]
 
 # the same edge inputs as the host test (tests/hipify/test_hipify_compat.py)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hipify"))
-from test_hipify_compat import ACCUMULATORS, EDGE_BYTES, EDGES  # noqa: E402
+from test_hipify_compat import call_expression as _call  # noqa: E402
+from test_hipify_compat import inputs as host_inputs  # noqa: E402
 
 
 def header_functions() -> list[tuple[str, str, int]]:
@@ -37,28 +37,9 @@ def header_functions() -> list[tuple[str, str, int]]:
     return out
 
 
-def inputs(n_random: int = 20000, seed: int = 7) -> list[tuple[int, int, int]]:
-    """Every pair of edge words (with an edge accumulator c), then random triples: half uniform words, half
-    words of edge bytes."""
-    pairs = [(a, b) for a in EDGES for b in EDGES]
-    out = [(a, b, ACCUMULATORS[k % len(ACCUMULATORS)]) for k, (a, b) in enumerate(pairs)]
-    rng = random.Random(seed)
-
-    def word() -> int:
-        if rng.random() < 0.5:
-            return rng.getrandbits(32)
-        return sum(rng.choice(EDGE_BYTES) << (8 * i) for i in range(4))
-
-    out += [(word(), word(), rng.choice([rng.getrandbits(32), *ACCUMULATORS])) for _ in range(n_random)]
-    return out
-
-
-def _call(name: str, kind: str, arity: int) -> str:
-    """The C++ expression calling one overload on the words a, b, c, its result as an unsigned int."""
-    args = ["a", "b", "c"][:arity]
-    if kind == "int":
-        return f"static_cast<unsigned int>({name}({', '.join(f'static_cast<int>({x})' for x in args)}))"
-    return f"{name}({', '.join(args)})"
+def inputs() -> list[tuple[int, int, int]]:
+    """The host test's edge and random triples, with more random ones."""
+    return host_inputs(n_random=20000, seed=7)
 
 
 def program_source() -> str:
