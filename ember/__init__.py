@@ -4,8 +4,7 @@ CPUs (LLVM), NVIDIA GPUs (NVPTX) and AMD GPUs (AMDGPU)."""
 __version__ = "0.1.0"
 
 from . import nd, te  # noqa: E402
-from .build_module import build  # noqa: E402
-from .compile import CompiledModel, compile, load  # noqa: E402
+from .driver import build, compile  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError,
     CodegenError,
@@ -17,22 +16,25 @@ from .errors import (  # noqa: E402
     ToolchainError,
 )
 from .lower import lower  # noqa: E402
+from .model import Model, TensorSpec  # noqa: E402
+from .model.format import load_model as load  # noqa: E402
 from .runtime import Device, Module, NDArray, cpu, cuda, device, load_module, rocm  # noqa: E402
 from .target import Target  # noqa: E402
 
 __all__ = [
     "ArgumentError",
     "CodegenError",
-    "CompiledModel",
     "Device",
     "DeviceError",
     "EmberError",
     "LoweringError",
+    "Model",
     "Module",
     "NDArray",
     "ScheduleError",
     "Target",
     "TargetError",
+    "TensorSpec",
     "ToolchainError",
     "__version__",
     "build",

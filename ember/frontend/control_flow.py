@@ -21,7 +21,8 @@ Shapes and constant values that the rewrite needs (a scan length, a condition) c
 ember's own shape inference and constant folding, run on the part of the flat graph built so far.
 When a trip count, a condition or a sequence length depends on the *value* of a graph input, or
 the graph has sequence or optional inputs or outputs, plain import raises
-:class:`NeedsCallInputs`; ``ember.compile`` then returns a :class:`DeferredModel`, which does the
+:class:`NeedsCallInputs`; ``ember.compile`` then returns a model specialised at call time
+(:class:`ember.specialize.StructureSpecializer`), which does the
 rewrite and compiles on the first call for each distinct structure of those inputs (and value of
 the inputs that decide trip counts), and returns sequences as lists and absent optionals as
 ``None``.
@@ -67,7 +68,7 @@ MAX_UNROLL = 4096
 class NeedsCallInputs(FrontendError):
     """The rewrite needs what only a call provides: the lengths of sequence inputs, whether an
     optional input is present, or the values of inputs that decide a trip count or condition.
-    ``ember.compile`` answers this with a :class:`DeferredModel`."""
+    ``ember.compile`` answers this with a :class:`ember.specialize.StructureSpecializer`."""
 
     def __init__(self, msg: str, value_input: str | None = None):
         super().__init__(msg)
@@ -307,7 +308,7 @@ class _Expander:
 
     def need(self, name: str, why: str) -> Exception:
         """The exception for "the value of ``name`` must be known": names the first graph input
-        it depends on (to be bound by :class:`DeferredModel`), or a FrontendError when none."""
+        it depends on (to be bound by :class:`ember.specialize.StructureSpecializer`), or a FrontendError when none."""
         seen, stack = set(), [name]
         found: list[str] = []
         while stack:
@@ -1007,106 +1008,3 @@ def expand_control_flow(model: Any, input_shapes: Mapping[str, Sequence[int]] | 
             "the model returns sequences or optionals; ember.compile returns a model that gives them as lists and None"
         )
     return flat
-
-
-class DeferredModel:
-    """A model compiled at its first call for each structure of its sequence and optional inputs
-    (and each value of the inputs that decide trip counts); sequences come back as lists of
-    arrays and absent optionals as None."""
-
-    def __init__(
-        self,
-        model: Any,
-        target: str = "llvm",
-        input_shapes: Mapping[str, Sequence[int]] | None = None,
-        fuse: bool = True,
-        verbose: bool = False,
-    ):
-        self.model = load_model(model)
-        self.target = target
-        self.input_shapes = dict(input_shapes or {})
-        self.fuse = fuse
-        self.verbose = verbose
-        inits = {t.name for t in self.model.graph.initializer}
-        self.input_names = [v.name for v in self.model.graph.input if v.name not in inits]
-        self._tensor_inputs = {
-            v.name for v in self.model.graph.input if v.name not in inits and v.type.HasField("tensor_type")
-        }
-        self.value_inputs: list[str] = []
-        self._cache: dict[Any, tuple[Any, list[Structure], dict[str, tuple[str, int | None]]]] = {}
-
-    def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
-        """Compile for these inputs' structure (once), run, and regroup the outputs."""
-        from ..errors import ArgumentError
-        from ..graph.executor import compile_model
-        from .onnx import import_onnx
-
-        if len(args) > len(self.input_names):
-            raise ArgumentError(f"the model takes {len(self.input_names)} input(s), got {len(args)}")
-        given = dict(zip(self.input_names, args))
-        for k, v in kwargs.items():
-            if k not in self.input_names:
-                raise ArgumentError(f"the model has no input {k!r} (inputs: {', '.join(self.input_names)})")
-            given[k] = v
-        missing = [n for n in self.input_names if n not in given]
-        if missing:
-            raise ArgumentError(f"missing input(s): {', '.join(missing)}")
-        while True:
-            bound = {n: v for n, v in given.items() if n not in self._tensor_inputs or n in self.value_inputs}
-            key = tuple((n, _key(bound[n], n in self.value_inputs)) for n in sorted(bound))
-            entry = self._cache.get(key)
-            if entry is not None:
-                break
-            try:
-                flat, structures, input_map = expand(self.model, self.input_shapes, bound)
-            except NeedsCallInputs as exc:
-                if exc.value_input is None or exc.value_input in self.value_inputs:
-                    raise
-                self.value_inputs.append(exc.value_input)
-                continue
-            compiled = compile_model(import_onnx(flat), self.target, self.fuse, self.verbose)
-            entry = (compiled, structures, input_map)
-            self._cache[key] = entry
-            break
-        compiled, structures, input_map = entry
-        flat_args = {}
-        for fname, (src, idx) in input_map.items():
-            v = given[src]
-            flat_args[fname] = v if idx is None else _element(v, idx)
-        results = compiled(**{k: v for k, v in flat_args.items() if k in compiled.input_names})
-        by_name = dict(zip(_flat_outputs(structures), results))
-        return [_regroup(s, by_name) for s in structures]
-
-
-def _element(v: Any, idx: int) -> Any:
-    """Element ``idx`` of a bound sequence (or of an optional holding one)."""
-    if isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim > 0 and not isinstance(v, np.generic)):
-        return v[idx]
-    return v
-
-
-def _key(v: Any, by_value: bool) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, (list, tuple)):
-        return tuple(_key(x, by_value) for x in v)
-    arr = np.asarray(v)
-    return (arr.dtype.str, arr.shape, arr.tobytes() if by_value else None)
-
-
-def _flat_outputs(structures: Sequence[Structure]) -> list[str]:
-    out: list[str] = []
-    for s in structures:
-        if isinstance(s, str):
-            out.append(s)
-        elif isinstance(s, list):
-            out.extend(_flat_outputs(s))
-    return out
-
-
-def _regroup(s: Structure, by_name: Mapping[str, Any]) -> Any:
-    if s is None:
-        return None
-    if isinstance(s, str):
-        return by_name[s]
-    return [_regroup(x, by_name) for x in s]

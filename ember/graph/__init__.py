@@ -1,4 +1,4 @@
-"""ember.graph: the graph IR, its passes, the executor and the saved-model format."""
+"""ember.graph: the graph IR and its passes."""
 
 from .ir import Graph, Node, TensorInfo
 

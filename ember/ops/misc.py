@@ -4,7 +4,7 @@
 ``Compress``'s output length is the number of true entries of its condition, ``NonZero``'s the
 number of non-zero elements, ``Unique``'s the number of distinct entries: so those inputs must be
 known when the model is compiled (a constant, or a graph input whose value ember binds before
-compiling: :class:`ember.graph.executor.LazyModel` compiles once per distinct value); the
+compiling: :class:`ember.specialize.ValueSpecializer` compiles once per distinct value); the
 selection itself (a running count and a search) runs in compiled code.
 """
 

@@ -16,7 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 import ember  # noqa: E402
-from ember.frontend.control_flow import DeferredModel, NeedsCallInputs, expand  # noqa: E402
+from ember.frontend.control_flow import NeedsCallInputs, expand  # noqa: E402
 from ember.frontend.onnx import FrontendError, UnsupportedOpError, import_onnx  # noqa: E402
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -183,7 +183,7 @@ def test_if_runtime_condition_with_different_shapes_compiles_per_value():
     with pytest.raises(NeedsCallInputs, match="'c'"):
         import_onnx(m)
     model = ember.compile(m)
-    assert isinstance(model, DeferredModel)
+    assert isinstance(model, ember.Model) and not model.is_static  # compiled per call structure
     x = RNG.standard_normal(4).astype(np.float32)
     assert model(c=np.array(True), x=x)[0].shape == (4,)
     np.testing.assert_array_equal(model(c=np.array(False), x=x)[0], np.concatenate([x, x]))
@@ -259,7 +259,7 @@ def test_loop_trip_count_from_an_input_compiles_per_value():
         [_vi("acc", F, None), _vi("scans", F, None)],
     )
     model = ember.compile(m)
-    assert isinstance(model, DeferredModel)
+    assert isinstance(model, ember.Model) and not model.is_static  # compiled per call structure
     for trips in (3, 5):
         feeds = {
             "M": np.array(trips, np.int64),

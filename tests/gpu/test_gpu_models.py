@@ -44,7 +44,7 @@ def _ort(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return sess.run(None, feeds)
 
 
-def _check(model: bytes, feeds: dict[str, np.ndarray], tol: float = 1e-5) -> ember.CompiledModel:
+def _check(model: bytes, feeds: dict[str, np.ndarray], tol: float = 1e-5) -> ember.Model:
     compiled = ember.compile(model, target="cuda")
     got = compiled(**feeds)
     want = _ort(model, feeds)

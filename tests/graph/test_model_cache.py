@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import ember
-from ember.graph import executor
+from ember import driver
+from ember.model import cache as model_cache
 
 onnx = pytest.importorskip("onnx", reason="the model cache tests build ONNX models")
 from onnx import TensorProto as T  # noqa: E402
@@ -28,10 +29,10 @@ def _model(w: np.ndarray) -> onnx.ModelProto:
 @pytest.fixture
 def cache_on(tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(executor, "MODEL_CACHE_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(model_cache, "MODEL_CACHE_MIN_SECONDS", 0.0)
     compiles = []
-    real = executor.compile_model
-    monkeypatch.setattr(executor, "compile_model", lambda *a, **k: compiles.append(1) or real(*a, **k))
+    real = driver.compile_model
+    monkeypatch.setattr(driver, "compile_model", lambda *a, **k: compiles.append(1) or real(*a, **k))
     return compiles
 
 

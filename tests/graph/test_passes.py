@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import ember
+from ember.driver import compile_model, optimize
 from ember.graph import Graph, Node, TensorInfo
-from ember.graph.executor import compile_graph, optimize
 from ember.graph.passes import fuse, infer_and_fold, simplify
 
 
@@ -63,7 +63,7 @@ def test_fusion_puts_epilogue_into_conv_kernel(rng) -> None:
 @pytest.mark.parametrize("fused", [True, False])
 def test_compiled_graph_matches_numpy(rng, fused: bool) -> None:
     g = _conv_bn_graph(rng)
-    model = compile_graph(g, fuse_ops=fused)
+    model = compile_model(g, fuse_ops=fused)
     x = rng.standard_normal((1, 3, 7, 9)).astype(np.float32)
     out = model(x)[0]
     np.testing.assert_allclose(out, _reference(g, x), rtol=1e-5, atol=1e-5)
@@ -94,7 +94,7 @@ def test_memory_plan_reuses_buffers(rng) -> None:
         nodes.append(Node("Softmax", [prev], [f"s{k}"], {"axis": -1}, f"sm{k}", opset=13))
         prev = f"s{k}"
     g = Graph(["x"], [prev], nodes, {"x": TensorInfo((4, 33), "float32")}, {})
-    model = compile_graph(g)
+    model = compile_model(g)
     assert len(model.plan["storages"]) <= 2 < model.num_kernels
     x = rng.standard_normal((4, 33)).astype(np.float32)
     ref = x.astype(np.float64)

@@ -1,6 +1,6 @@
 """Where a compiled model's tensors live: host memory (CPU models) or one GPU's memory.
 
-The executor (:mod:`ember.graph.executor`) is written once against the small interface of
+The executor (:mod:`ember.model.executor`) is written once against the small interface of
 :class:`HostMemory` and :class:`DeviceMemory`: make arrays, view a storage as a typed array,
 take an array's address, move inputs in and outputs out. Kernels only ever see addresses.
 """

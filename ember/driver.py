@@ -1,0 +1,170 @@
+"""The compile driver: the one place that runs ember's pipeline.
+
+``ember.compile`` (ONNX models and graphs) and ``ember.build`` (te schedules and lowered
+functions) both live here::
+
+    ONNX ──frontend──▶ Graph ──graph passes──▶ fused groups ──group lowering──▶ loop IR
+         ──backend build──▶ Module ──▶ Program + memory plan ──▶ ember.Model
+
+Every stage is a module of its own (``ember.frontend``, ``ember.graph.passes``,
+``ember.model.lowering``, ``ember.build_module``, ``ember.model.memory_plan``); this module only
+chains them, picks the model's kind (static, or specialised at call time when shapes depend on
+input values or the model has sequence/optional inputs) and consults the whole-model cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import cache as compile_cache
+from .build_module import build
+from .errors import EmberError
+from .graph.ir import Graph
+from .graph.passes import dead_code_elimination, fuse, infer_and_fold, simplify
+from .model import cache as model_cache
+from .model.lowering import lower_groups
+from .model.memory_plan import plan_memory
+from .model.model import Model
+from .model.program import Program
+from .model.progress import Progress
+from .ops.registry import NeedValue
+from .target import Target
+
+__all__ = ["build", "compile", "compile_graph", "compile_model", "optimize"]
+
+
+def optimize(graph: Graph, progress: Any = None) -> Graph:
+    """The graph passes: inference with constant folding, simplification, dead-code elimination."""
+    g = infer_and_fold(graph, progress=progress)
+    g = simplify(g)
+    return dead_code_elimination(g)
+
+
+def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False) -> Program:
+    """Optimize, fuse, lower and build ``graph`` into one program (all kernels in one module).
+
+    Raises :class:`~ember.ops.registry.NeedValue` when a shape depends on an input's value."""
+    tgt = Target(target)
+    progress = Progress(delay=0.0 if verbose else 1.0)
+    g = optimize(graph, progress)
+    groups = fuse(g, enabled=fuse_ops)
+    funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu)
+    module = None
+    if funcs:
+        progress(f"generating code for {len(funcs)} kernels")
+        module = build(funcs, target=tgt)
+    assign, sizes = plan_memory(g, steps)
+    # Constants no kernel reads any more (weights that were repacked at compile time) are dropped.
+    read = {a for st in steps for a in (st["args"] if st["kind"] == "kernel" else [st["src"]])} | set(g.outputs)
+    live_consts = {k: v for k, v in g.consts.items() if k in read}
+    plan = {
+        "inputs": [{"name": i, "shape": list(g.values[i].shape), "dtype": g.values[i].dtype} for i in g.inputs],
+        "outputs": [{"name": o, "shape": list(g.values[o].shape), "dtype": g.values[o].dtype} for o in g.outputs],
+        "values": {k: {"shape": list(v.shape), "dtype": v.dtype} for k, v in g.values.items()},
+        "steps": steps,
+        "assign": assign,
+        "storages": sizes,
+        "target": str(tgt),
+    }
+    progress.done(f"compiled {len(funcs)} kernels")
+    return Program(plan, module, live_consts)
+
+
+def compile_model(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False) -> Model:
+    """Compile a graph into a :class:`Model`: static, or specialised per value of the inputs
+    its shapes depend on."""
+    from .specialize import ValueSpecializer
+
+    try:
+        return Model(compile_graph(graph, target, fuse_ops, verbose))
+    except NeedValue as exc:
+        needed = _value_inputs(graph, exc.name)
+        if needed is None:
+            raise EmberError(
+                f"the model computes a shape from run-time data ({exc}); ember needs static shapes"
+            ) from exc
+        return Model(specializer=ValueSpecializer(
+            graph, needed, str(Target(target)), lambda g: compile_model(g, target, fuse_ops, verbose)))
+
+
+def _value_inputs(graph: Graph, first: str) -> list[str] | None:
+    """Graph inputs whose values decide shapes (found by binding them one at a time)."""
+    if first not in graph.inputs:
+        # A value computed from inputs: bind the integer inputs it depends on.
+        prod = graph.producers()
+        seen, stack, found = set(), [first], []
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in graph.inputs:
+                if "int" in graph.values[v].dtype:
+                    found.append(v)
+            elif v in prod:
+                stack.extend(i for i in prod[v].inputs if i)
+        if not found:
+            return None
+        first = found[0]
+    needed = [first]
+    while True:
+        g = graph.copy()
+        for n in needed:
+            info = g.values[n]
+            g.consts[n] = np.zeros(info.shape, info.dtype)
+            g.inputs.remove(n)
+        try:
+            infer_and_fold(g)  # folding: the bound values flow into computed shapes
+            return needed
+        except NeedValue as exc:
+            more = _value_inputs(g, exc.name)
+            if not more or any(m in needed for m in more):
+                return None
+            needed.extend(more)
+        except EmberError:
+            return needed
+
+
+def compile(
+    model: Any,
+    target: str = "llvm",
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    fuse: bool = True,
+    verbose: bool = False,
+    use_cache: bool = True,
+) -> Model:  # noqa: A001
+    """Compile an ONNX model (path, bytes or ModelProto) or an ember :class:`Graph` for
+    ``target`` (``"llvm"``, ``"cuda"``, ``"rocm"``, with options); returns an :class:`ember.Model`.
+
+    With ``use_cache`` (and the cache not turned off by ``EMBER_CACHE_DIR=off``), a model that
+    took more than ``MODEL_CACHE_MIN_SECONDS`` to compile is stored whole, and compiling the same
+    bytes (external data files included) for the same target, input shapes and options with the
+    same ember sources loads it instead; kernels are cached one by one as well."""
+    if isinstance(model, Graph):
+        return compile_model(model, target, fuse, verbose)
+    from .frontend.control_flow import NeedsCallInputs
+    from .frontend.onnx import import_onnx
+    from .specialize import StructureSpecializer
+
+    Target(target)  # an unknown target fails before any work
+    key = model_cache.model_cache_key(model, target, input_shapes, fuse) if use_cache else None
+    root = compile_cache.cache_dir() if key else None
+    if root is not None and key is not None:
+        cached = model_cache.load_cached_model(root, key)
+        if cached is not None:
+            return cached
+    try:
+        graph = import_onnx(model, input_shapes)
+    except NeedsCallInputs:  # sequence/optional inputs or outputs, value-dependent trip counts
+        return Model(specializer=StructureSpecializer(
+            model, str(Target(target)), input_shapes, lambda g: compile_model(g, target, fuse, verbose)))
+    t0 = time.perf_counter()
+    compiled = compile_model(graph, target, fuse, verbose)
+    slow = time.perf_counter() - t0 > model_cache.MODEL_CACHE_MIN_SECONDS
+    if root is not None and key is not None and slow and compiled.is_static:
+        model_cache.store_cached_model(root, key, compiled)
+    return compiled

@@ -1,0 +1,172 @@
+"""Group lowering: each fused group of graph nodes becomes one loop-IR function.
+
+:func:`lower_groups` builds the te program of a group from its nodes' operators, replaces
+constant layout transforms (packed weights) by constants computed now, lifts the buffers the
+schedule keeps in memory into workspace arguments that the memory plan provides, schedules the
+kernel for the target and lowers it. It returns the functions and the model's step list:
+``{"kind": "kernel", "func", "args", "nout"}`` or ``{"kind": "view", "src", "dst"}`` (a reshape
+that copies nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import te
+from ..graph.ir import Graph, TensorInfo
+from ..graph.passes import Group, build_node
+from ..ops.schedule import schedule_group
+from ..ops.schedule_gpu import lift_scalar_reductions, schedule_group_gpu
+from ..ops.util import reset_names, uname
+from ..ops.util import shape as te_shape
+from ..te import ComputeOp
+from ..te.rewrite import rewrite
+
+_VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+
+
+def _group_is_view(gr: Group, graph: Graph) -> bool:
+    return (
+        len(gr.nodes) == 1
+        and gr.nodes[0].op in _VIEW_OPS
+        and len(gr.outputs) == 1
+        and len([i for i in gr.inputs if i not in graph.consts]) >= 1
+    )
+
+
+def lower_groups(
+    graph: Graph, groups: list[Group], progress: Callable[[str], None] | None = None, gpu: bool = False
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Build and lower one function per non-view group; returns (functions, steps).
+
+    With ``gpu``, kernels get the GPU schedules of :mod:`ember.ops.schedule_gpu`, every
+    intermediate stage kept in memory becomes a workspace from the memory plan, and a scalar
+    (0-d) output is computed as a one-element vector (the same bytes)."""
+    from ..lower import lower
+
+    funcs, steps = [], []
+    for k, gr in enumerate(groups):
+        if _group_is_view(gr, graph):
+            steps.append({"kind": "view", "src": gr.nodes[0].inputs[0], "dst": gr.outputs[0]})
+            continue
+        if progress:
+            progress(f"kernel {k + 1}/{len(groups)}: {gr.name}")
+        reset_names()
+        tensors: dict[str, te.Tensor] = {}
+        params = []
+        for i in gr.inputs:
+            info = graph.values[i]
+            t = te.placeholder(info.shape, info.dtype, name=uname("p"))
+            tensors[i] = t
+            params.append(t)
+        for node in gr.nodes:
+            outs = build_node(node, tensors, graph.consts)
+            for o, t in zip(node.outputs, outs):
+                if o:
+                    tensors[o] = t
+        outs = [tensors[o] for o in gr.outputs]
+        # An output that is an input (or appears twice) needs its own copy stage.
+        seen: set[int] = set()
+        fixed = []
+        for o in outs:
+            if id(o.op) in seen or o in params:
+                o = te.compute(o.shape, lambda *i, o=o: o[i], name=uname("copy"))
+            if gpu and not o.shape:
+                o = _as_vector(o)
+            seen.add(id(o.op))
+            fixed.append(o)
+        fname = f"k{k}_{''.join(c if c.isalnum() else '_' for c in gr.name)}"
+        # Packed copies of constants (weights in the layout the GEMM kernels read) are computed
+        # once, now, and read from new constants.
+        consts = {id(t.op): name for name, t in zip(gr.inputs, params) if name in graph.consts}
+        fixed, folded = _fold_constant_stages(fixed, consts, graph, fname)
+        params = params + [t for _, t in folded]
+        gr_inputs = list(gr.inputs) + [n for n, _ in folded]
+        # Large intermediate buffers (packed operands, GEMM results) become workspace arguments,
+        # so the memory plan provides them instead of a malloc on every call.
+        if gpu:
+            fixed = lift_scalar_reductions(fixed)
+        work = _workspaces(fixed, gpu)
+        work_names = [f"{fname}__ws{j}" for j in range(len(work))]
+        for wn, wt in zip(work_names, work):
+            graph.values[wn] = TensorInfo(te_shape(wt), str(wt.dtype))
+        s = schedule_group_gpu(fixed + work, set()) if gpu else schedule_group(fixed + work, set())
+        used = {id(st.op) for st in s.stages}
+        ins = [(name, t) for name, t in zip(gr_inputs, params) if id(t.op) in used]
+        funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname))
+        outs_all = list(gr.outputs) + work_names
+        steps.append({"kind": "kernel", "func": fname, "args": [n for n, _ in ins] + outs_all, "nout": len(outs_all)})
+    return funcs, steps
+
+
+def _fold_constant_stages(
+    outs: list[te.Tensor], consts: dict[int, str], graph: Graph, fname: str
+) -> tuple[list[te.Tensor], list[tuple[str, te.Tensor]]]:
+    """Layout transforms of constants, computed at compile time. Every stage kept in memory
+    (``tag == "keep"``: a matrix product's right operand packed into column panels) that depends
+    only on constants (directly or through other computed stages) is run once on the CPU; its
+    value becomes a new graph constant, which the kernel reads through a new placeholder instead
+    of repacking on every call. Returns the rewritten outputs and the (constant name,
+    placeholder) pairs to pass."""
+    from ..build_module import build
+    from ..lower import lower
+
+    folded: list[tuple[str, te.Tensor]] = []
+    constant: dict[int, list[te.Tensor]] = {}  # op id -> the constant placeholders it reads
+
+    def fold(op: te.Operation) -> te.Tensor | None:
+        if id(op) in consts:
+            constant[id(op)] = [op.output(0)]
+            return None
+        if not isinstance(op, ComputeOp) or not op.input_tensors:
+            return None
+        if any(id(t.op) not in constant for t in op.input_tensors):
+            return None
+        srcs = list(dict.fromkeys(p for t in op.input_tensors for p in constant[id(t.op)]))
+        constant[id(op)] = srcs
+        if op.tag != "keep" or op.num_outputs != 1:
+            return None
+        t = op.output(0)
+        s = schedule_group([t], set())
+        mod = build(lower(s, srcs + [t], "fold"), target="llvm")
+        value = np.empty(te_shape(t), dtype=str(t.dtype))
+        mod(*[graph.consts[consts[id(x.op)]] for x in srcs], value)
+        name = f"{fname}__const{len(folded)}"
+        graph.consts[name] = value
+        graph.values[name] = TensorInfo(value.shape, str(value.dtype))
+        ph = te.placeholder(te_shape(t), str(t.dtype), name=uname("pk"))
+        folded.append((name, ph))
+        return ph
+
+    return rewrite(outs, fold), folded
+
+
+def _as_vector(t: te.Tensor) -> te.Tensor:
+    """A 0-d tensor computed as a one-element vector (GPU stages need an axis to bind)."""
+    return te.compute((1,), lambda i: t[()], name=uname("scalar"))
+
+
+def _workspaces(outs: list[te.Tensor], gpu: bool = False) -> list[te.Tensor]:
+    """Root intermediate stages of a kernel that its schedule keeps in memory: packed operands
+    (and on a GPU every intermediate reduction, which runs as a kernel of its own)."""
+    found: list[te.Tensor] = []
+    seen: set[int] = {id(o.op) for o in outs}
+    stack = [o.op for o in outs]
+    while stack:
+        op = stack.pop()
+        for t in op.input_tensors:
+            if id(t.op) in seen:
+                continue
+            seen.add(id(t.op))
+            stack.append(t.op)
+            kept = getattr(t.op, "tag", "") in ("keep", "conv_packed")
+            if gpu and isinstance(t.op, ComputeOp) and t.op.is_reduction:
+                kept = True
+            if kept and t.op.num_outputs == 1:
+                found.append(t.op.output(0))
+    return found
+
+

@@ -1,0 +1,226 @@
+"""``ember.Model``: the one type ``ember.compile`` and ``ember.load`` return, for every target.
+
+A model is either *static* (one :class:`~ember.model.program.Program`, compiled ahead of time)
+or *specialised at call time* (a :class:`Specializer` compiles a program the first time it sees
+a new value of the inputs shapes depend on, or a new structure of sequence/optional inputs).
+Both answer the same methods: call/``run``, ``run_on_device``, ``inputs``/``outputs``,
+``save``, ``profile``, ``get_source``, ``device``.
+
+Thread safety: all run state lives in an :class:`~ember.model.executor.ExecutionContext` per
+calling thread (and program), so one model may be called from many threads at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..errors import ArgumentError, EmberError
+from ..runtime.ndarray import Device
+from .executor import ExecutionContext
+from .program import Program, TensorSpec, device_of_target
+
+
+class Specializer(Protocol):
+    """Compiles programs on demand for a model whose shapes or structure depend on its inputs."""
+
+    input_names: list[str]
+    target: str
+
+    def program_for(self, given: dict[str, Any]) -> tuple[Program, dict[str, Any], Callable[[list[Any]], list[Any]]]:
+        """The program for the inputs ``given`` (name -> value; all inputs present), the inputs
+        that program takes (name -> value) and a function that turns its outputs into the
+        model's outputs. Thread-safe."""
+        ...
+
+
+def collect_inputs(names: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs given in order and by name as one dict; every name of ``names`` present.
+
+    Raises :class:`~ember.errors.ArgumentError` naming the extra, duplicate or missing input."""
+    if len(args) > len(names):
+        raise ArgumentError(f"the model takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+    given = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise ArgumentError(f"the model has no input {k!r} (inputs: {', '.join(names)})")
+        if k in given:
+            raise ArgumentError(f"input {k!r} is given twice")
+        given[k] = v
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise ArgumentError(f"missing input(s): {', '.join(missing)}")
+    return given
+
+
+class Model:
+    """A compiled model: call it with arrays, save it, load it back, profile it."""
+
+    def __init__(self, program: Program | None = None, specializer: Specializer | None = None,
+                 source: dict[str, Any] | None = None):
+        if (program is None) == (specializer is None):
+            raise EmberError("Model: give exactly one of a program and a specializer")
+        self._program = program
+        self._specializer = specializer
+        #: What the model was compiled from (ONNX bytes, target, options), kept for
+        #: ``ember.load(..., rebuild=True)``; None when unknown.
+        self.source = source
+        self._local = threading.local()
+
+    # -- metadata --------------------------------------------------------------------------------
+    @property
+    def is_static(self) -> bool:
+        """True when every shape was fixed at compile time (the model can be saved)."""
+        return self._program is not None
+
+    @property
+    def target(self) -> str:
+        """The target string the model was compiled for."""
+        return self._program.target if self._program is not None else str(self._specializer.target)  # type: ignore[union-attr]
+
+    @property
+    def device(self) -> Device:
+        """The device the model runs on (``ember.cpu(0)`` or a GPU)."""
+        return device_of_target(self.target)
+
+    @property
+    def input_names(self) -> list[str]:
+        """Names of the inputs in call order."""
+        if self._program is not None:
+            return list(self._program.input_names)
+        return list(self._specializer.input_names)  # type: ignore[union-attr]
+
+    @property
+    def output_names(self) -> list[str]:
+        """Names of the outputs (static models)."""
+        return list(self._static("output_names").output_names)
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        """The inputs: name, shape, dtype (a model specialised at call time gives names only,
+        with empty shapes and dtype ``"?"``, until it is called)."""
+        if self._program is not None:
+            return self._program.inputs
+        return [TensorSpec(n, (), "?") for n in self.input_names]
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        """The outputs: name, shape, dtype (static models)."""
+        return self._static("outputs").outputs
+
+    @property
+    def program(self) -> Program:
+        """The compiled program of a static model."""
+        return self._static("program")
+
+    @property
+    def plan(self) -> dict[str, Any]:
+        """The execution plan (JSON data) of a static model."""
+        return self._static("plan").plan
+
+    @property
+    def module(self) -> Any:
+        """The compiled kernels of a static model (an ember Module, or None)."""
+        return self._static("module").module
+
+    @property
+    def consts(self) -> dict[str, np.ndarray]:
+        """The constants the kernels read (static models)."""
+        return self._static("consts").consts
+
+    @property
+    def num_kernels(self) -> int:
+        """Number of compiled kernels (static models)."""
+        return self._static("num_kernels").num_kernels
+
+    def _static(self, what: str) -> Program:
+        if self._program is None:
+            raise EmberError(
+                f"Model.{what}: this model is compiled at call time for each value (or structure) of the "
+                "inputs its shapes depend on, so it has no single program; fix those inputs when compiling"
+            )
+        return self._program
+
+    # -- running ---------------------------------------------------------------------------------
+    def context(self, program: Program | None = None) -> ExecutionContext:
+        """This thread's execution context for ``program`` (the static program by default)."""
+        program = program or self._static("context")
+        cache: dict[int, ExecutionContext] | None = getattr(self._local, "contexts", None)
+        if cache is None:
+            cache = {}
+            self._local.contexts = cache
+        ctx = cache.get(id(program))
+        if ctx is None or ctx.program is not program:
+            ctx = ExecutionContext(program, device_of_target(program.target))
+            cache[id(program)] = ctx
+        return ctx
+
+    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], on_device: bool,
+             times: dict[str, float] | None = None, repeat: int = 1) -> list[Any]:
+        given = collect_inputs(self.input_names, args, kwargs)
+        if self._program is not None:
+            program, sub, regroup = self._program, given, None
+        else:
+            program, sub, regroup = self._specializer.program_for(given)  # type: ignore[union-attr]
+        ctx = self.context(program)
+        env = ctx.bind({n: sub[n] for n in program.input_names})
+        outs: list[Any] = []
+        for _ in range(repeat):
+            outs = ctx.run(dict(env), times)
+        if on_device:
+            outs = [_as_ndarray(o) if ctx.on_host else o for o in outs]
+        else:
+            outs = [ctx.to_host(o) for o in outs]
+        return regroup(outs) if regroup is not None else outs
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Run the model on inputs given in order or by name; returns the outputs as NumPy
+        arrays (lists and None for sequence and optional outputs)."""
+        return self._run(args, kwargs, on_device=False)
+
+    def run(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """The same as calling the model."""
+        return self._run(args, kwargs, on_device=False)
+
+    def run_on_device(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Run the model; the outputs stay on the model's device as ember arrays (DLPack
+        producers: ``torch.from_dlpack(out)``). Inputs as for ``__call__``."""
+        return self._run(args, kwargs, on_device=True)
+
+    def profile(self, *args: Any, repeat: int = 3, **kwargs: Any) -> list[tuple[str, float]]:
+        """Seconds each kernel takes (best of ``repeat`` runs), in execution order."""
+        times: dict[str, float] = {}
+        self._run(args, kwargs, on_device=True, times=times, repeat=repeat)
+        return list(times.items())
+
+    # -- inspecting and saving -------------------------------------------------------------------
+    def get_source(self, fmt: str = "ir") -> str:
+        """The compiled kernels as text: ``"ir"`` (loop IR), ``"llvm"``, ``"asm"``; ``"ptx"``
+        and ``"host"`` (launch plans) on GPUs. Static models only."""
+        module = self.module
+        if module is None:
+            raise EmberError("this model computes nothing at run time (every output is a constant or an input)")
+        return module.get_source(fmt)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model to ``path`` (see :mod:`ember.model.format`); static models only."""
+        from .format import save_model
+
+        save_model(self, path)
+
+    def __repr__(self) -> str:
+        if self._program is None:
+            return f"<ember.Model {len(self.input_names)} input(s), compiled per call shape, target {self.target!r}>"
+        return (f"<ember.Model {len(self.input_names)} input(s), {self.num_kernels} kernel(s), "
+                f"target {self.target!r}>")
+
+
+def _as_ndarray(o: np.ndarray) -> Any:
+    from ..ir.dtype import dtype as as_dtype
+    from ..runtime.ndarray import NDArray, cpu
+
+    return NDArray(np.require(o, requirements="C"), as_dtype(str(o.dtype)), cpu(0))
