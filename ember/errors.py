@@ -38,3 +38,8 @@ class DeviceError(EmberError):
 
 class ArgumentError(EmberError, ValueError):
     """A compiled function was called with an argument of the wrong shape, dtype, device or count."""
+
+
+class PassError(EmberError, ValueError):
+    """A pass pipeline was configured wrongly: a bad :class:`~ember.transform.PassContext`
+    argument, an unknown or required pass named in ``disabled_passes``, or a malformed pass."""

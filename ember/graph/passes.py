@@ -1,7 +1,13 @@
 """Graph passes: shape and type inference with constant folding, dead-code elimination,
 algebraic simplification, and operator fusion.
 
-Each pass takes a :class:`Graph` and returns a new one (the input is not changed).
+Each pass takes a :class:`Graph` and returns a new one (the input is not changed). The functions
+(:func:`infer_and_fold`, :func:`simplify`, :func:`dead_code_elimination`, :func:`fuse`) are also
+wrapped as :class:`~ember.transform.Pass` objects (:class:`InferAndFold`, :class:`Simplify`,
+:class:`DeadCodeElimination`, :class:`Fuse`) that run under a
+:class:`~ember.transform.PassContext`; :func:`default_graph_pipeline` is the graph optimization a
+model compile runs. Fusion does not give a graph but kernel groups: :class:`Fuse` is a
+``Graph -> FusedGraph`` pass, run by the model compiler after the pipeline.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from ..errors import EmberError
 from ..ops.registry import NeedValue, OpContext, call, lookup
 from ..ops.util import shape as te_shape
 from ..ops.util import uname
+from ..transform import Pass, PassContext, Sequential
 from .ir import Graph, Node, TensorInfo
 
 
@@ -337,3 +344,116 @@ def _order_groups(groups: list[Group], graph: Graph) -> list[Group]:
         else:
             raise GraphError("fusion produced a cycle between kernels; compile with fuse=False and report this model")
     return ordered
+
+
+# -- pass objects ------------------------------------------------------------------------------------
+def _need_graph(p: Pass, ir: Any) -> Graph:
+    if not isinstance(ir, Graph):
+        raise GraphError(f"graph pass {p.name} needs a Graph, got {type(ir).__name__}")
+    return ir
+
+
+class InferAndFold(Pass):
+    """:func:`infer_and_fold` as a pass: ``InferAndFold(fold=True, target="llvm", progress=None)``.
+
+    Required: every later graph pass and the model compiler read the shapes it fills in."""
+
+    name = "InferAndFold"
+    required = True
+    contract = (
+        "needs a Graph in topological order with input shapes; gives every value's shape and dtype "
+        "in values and, with fold, nodes whose inputs are all constants replaced by their values"
+    )
+
+    def __init__(self, fold: bool = True, target: str = "llvm", progress: Callable[[str], None] | None = None) -> None:
+        self.fold = fold
+        self.target = target
+        self.progress = progress
+
+    def transform(self, ir: Any, ctx: PassContext) -> Graph:
+        """A new graph with shapes inferred and constants folded."""
+        return infer_and_fold(_need_graph(self, ir), fold=self.fold, target=self.target, progress=self.progress)
+
+
+class Simplify(Pass):
+    """:func:`simplify` as a pass, named ``GraphSimplify`` (``Simplify`` is the loop pass)."""
+
+    name = "GraphSimplify"
+    opt_level = 1
+    contract = (
+        "needs a Graph with shapes inferred; gives one computing the same outputs with inference "
+        "BatchNormalization after a single-reader Conv folded into its weights, no-ops removed, dead nodes gone"
+    )
+
+    def transform(self, ir: Any, ctx: PassContext) -> Graph:
+        """A new, simplified graph."""
+        return simplify(_need_graph(self, ir))
+
+
+class DeadCodeElimination(Pass):
+    """:func:`dead_code_elimination` as a pass."""
+
+    name = "DeadCodeElimination"
+    opt_level = 0
+    contract = (
+        "needs any Graph; gives one with the same outputs, without the nodes no output depends on "
+        "and without the constants no remaining node or output reads"
+    )
+
+    def transform(self, ir: Any, ctx: PassContext) -> Graph:
+        """A new graph without dead nodes and constants."""
+        return dead_code_elimination(_need_graph(self, ir))
+
+
+@dataclass
+class FusedGraph:
+    """A graph and its kernels: what :class:`Fuse` gives. ``groups`` are in an order where every
+    group runs after the groups producing its inputs; ``str()`` prints both."""
+
+    graph: Graph
+    groups: list[Group]
+
+    def __str__(self) -> str:
+        lines = [str(self.graph), f"# {len(self.groups)} kernel(s)"]
+        for k, gr in enumerate(self.groups):
+            ins = ", ".join("%" + i for i in gr.inputs)
+            outs = ", ".join("%" + o for o in gr.outputs)
+            lines.append(f"kernel {k} {gr.name} [{gr.pattern}] ({ins}) -> ({outs})")
+            lines.extend(f"  {n}" for n in gr.nodes)
+        return "\n".join(lines)
+
+
+class Fuse(Pass):
+    """:func:`fuse` as a pass: ``Graph -> FusedGraph``. ``Fuse(enabled=True)``.
+
+    Not part of :func:`default_graph_pipeline` (its output is not a graph): the model compiler runs
+    it on the pipeline's result. Skipped (disabled, or ``opt_level`` 0) it still gives a
+    :class:`FusedGraph`, with one node per kernel, as ``fuse(graph, enabled=False)``."""
+
+    name = "Fuse"
+    opt_level = 1
+    contract = (
+        "needs a Graph with shapes inferred and every node a registered operator; gives FusedGraph: "
+        "every node in exactly one group, groups topologically ordered, at most one non-injective node each"
+    )
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    def transform(self, ir: Any, ctx: PassContext) -> FusedGraph:
+        """The graph with its fusion groups."""
+        g = _need_graph(self, ir)
+        return FusedGraph(g, fuse(g, enabled=self.enabled))
+
+    def skip(self, ir: Any) -> FusedGraph:
+        """The graph with one group per node."""
+        g = _need_graph(self, ir)
+        return FusedGraph(g, fuse(g, enabled=False))
+
+
+def default_graph_pipeline(progress: Callable[[str], None] | None = None) -> Sequential:
+    """The graph optimization of a model compile, as a :class:`~ember.transform.Sequential` named
+    ``OptimizeGraph``: :class:`InferAndFold` (``progress`` is told about each folded node),
+    :class:`Simplify`, :class:`DeadCodeElimination`. Run it as ``default_graph_pipeline(p)(graph)``;
+    the result is what ``optimize(graph, p)`` gave."""
+    return Sequential([InferAndFold(progress=progress), Simplify(), DeadCodeElimination()], name="OptimizeGraph")

@@ -3,7 +3,30 @@
 from .api import lower
 from .flatten import flatten_storage
 from .loops import unroll_loops, vectorize_loops
+from .passes import (
+    FlattenStorage,
+    PartitionLoops,
+    ScheduleToStmt,
+    Simplify,
+    UnrollLoops,
+    VectorizeLoops,
+    default_loop_pipeline,
+)
 from .schedule_ops import schedule_to_stmt
 from .simplify_stmt import simplify_stmt
 
-__all__ = ["flatten_storage", "lower", "schedule_to_stmt", "simplify_stmt", "unroll_loops", "vectorize_loops"]
+__all__ = [
+    "FlattenStorage",
+    "PartitionLoops",
+    "ScheduleToStmt",
+    "Simplify",
+    "UnrollLoops",
+    "VectorizeLoops",
+    "default_loop_pipeline",
+    "flatten_storage",
+    "lower",
+    "schedule_to_stmt",
+    "simplify_stmt",
+    "unroll_loops",
+    "vectorize_loops",
+]

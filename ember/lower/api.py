@@ -9,26 +9,37 @@ from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.buffer import Buffer
 from ..ir.visitor import free_vars
+from ..target import Target
 from ..te.schedule import Schedule
 from ..te.tensor import Tensor
-from .flatten import flatten_storage
-from .loops import unroll_loops, vectorize_loops
-from .partition import partition_loops
-from .schedule_ops import schedule_to_stmt
-from .simplify_stmt import simplify_stmt
+from ..transform import PassContext
+from .passes import ScheduleToStmt, default_loop_pipeline
 
 
-def lower(schedule: Schedule, args: Sequence[Tensor | E.Var], name: str = "main") -> S.PrimFunc:
+def lower(
+    schedule: Schedule, args: Sequence[Tensor | E.Var], name: str = "main", target: str | Target | None = None
+) -> S.PrimFunc:
     """Lower ``schedule`` to a function taking ``args`` (tensors, and scalar vars) in order.
 
-    Runs schedule lowering (bound inference, loop nests), storage flattening, simplification,
-    unrolling and vectorization. Raises :class:`~ember.errors.LoweringError` when an input or
-    output tensor is missing from ``args`` or a variable is used but bound by nothing."""
+    Runs :class:`~ember.lower.passes.ScheduleToStmt` (bound inference, loop nests), then the
+    passes of :func:`~ember.lower.passes.default_loop_pipeline` (storage flattening,
+    simplification, loop partitioning, unrolling, vectorization) under
+    :meth:`PassContext.current() <ember.transform.PassContext.current>`, which may disable or dump
+    them. ``target`` (a string or :class:`~ember.target.Target`; ``None`` means ``llvm``) is
+    validated, given to the passes that may use it and, when given, recorded as the string
+    ``attrs["target"]`` of the function. Raises :class:`~ember.errors.LoweringError` when an input
+    or output tensor is missing from ``args`` or a variable is used but bound by nothing, and
+    :class:`~ember.errors.TargetError` for a bad ``target``."""
     if not isinstance(schedule, Schedule):
         raise LoweringError(f"lower: expected a schedule from te.create_schedule, got {type(schedule).__name__}")
     if not name.isidentifier():
         raise LoweringError(f"lower: the function name {name!r} is not a valid identifier")
-    stmt, low = schedule_to_stmt(schedule)
+    tgt = Target(target) if target is not None else None
+    ctx = PassContext.current()
+    entry = ScheduleToStmt()
+    stmt = entry(schedule, ctx)
+    low = entry.lowering
+    assert low is not None  # ScheduleToStmt is required: it always runs
     params: list[Buffer | E.Var] = []
     arg_buffers = {}
     seen_names: set[str] = set()
@@ -55,14 +66,9 @@ def lower(schedule: Schedule, args: Sequence[Tensor | E.Var], name: str = "main"
                     raise LoweringError(
                         f"output {st.op.output(k).name} is not in the argument list of {name}; add it to args"
                     )
-    body = flatten_storage(stmt, low, arg_buffers)
-    body = simplify_stmt(body)
-    body = simplify_stmt(partition_loops(body))
-    body = unroll_loops(body)
-    body = vectorize_loops(body)
-    body = simplify_stmt(body)
+    body = default_loop_pipeline(low, arg_buffers, tgt or Target("llvm"))(stmt, ctx)
     _check_bound(body, params, name)
-    return S.PrimFunc(name, params, body, {})
+    return S.PrimFunc(name, params, body, {"target": str(tgt)} if tgt is not None else {})
 
 
 def _check_bound(body: S.Stmt, params: list[Buffer | E.Var], name: str) -> None:
