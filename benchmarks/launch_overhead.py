@@ -21,7 +21,7 @@ import time
 
 import ember
 from ember import te
-from ember.runtime.gpu import GPUArray
+from ember.runtime.gpu_array import GPUArray
 
 
 def _vector_add() -> ember.Module:

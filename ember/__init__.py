@@ -4,7 +4,8 @@ CPUs (LLVM), NVIDIA GPUs (NVPTX) and AMD GPUs (AMDGPU)."""
 __version__ = "0.1.0"
 
 from . import nd, te  # noqa: E402
-from .driver import build, compile  # noqa: E402
+from .backends.cpu.module import load_module  # noqa: E402
+from .driver import build, compile, load  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError,
     CodegenError,
@@ -17,8 +18,7 @@ from .errors import (  # noqa: E402
 )
 from .lower import lower  # noqa: E402
 from .model import Model, TensorSpec  # noqa: E402
-from .model.format import load_model as load  # noqa: E402
-from .runtime import Device, Module, NDArray, cpu, cuda, device, load_module, rocm  # noqa: E402
+from .runtime import Device, Module, NDArray, cpu, cuda, device, rocm  # noqa: E402
 from .target import Target  # noqa: E402
 
 __all__ = [

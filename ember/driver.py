@@ -7,13 +7,14 @@ functions) both live here::
          ──backend build──▶ Module ──▶ Program + memory plan ──▶ ember.Model
 
 Every stage is a module of its own (``ember.frontend``, ``ember.graph.passes``,
-``ember.model.lowering``, ``ember.build_module``, ``ember.model.memory_plan``); this module only
+``ember.model.lowering``, ``ember.backends``, ``ember.model.memory_plan``); this module only
 chains them, picks the model's kind (static, or specialised at call time when shapes depend on
 input values or the model has sequence/optional inputs) and consults the whole-model cache.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,10 +22,13 @@ from typing import Any
 import numpy as np
 
 from . import cache as compile_cache
-from .build_module import build
+from .backends import backend_for, build_functions
 from .errors import EmberError
 from .graph.ir import Graph
 from .graph.passes import dead_code_elimination, fuse, infer_and_fold, simplify
+from .ir import expr as E
+from .ir.stmt import PrimFunc
+from .lower import lower
 from .model import cache as model_cache
 from .model.lowering import lower_groups
 from .model.memory_plan import plan_memory
@@ -32,9 +36,43 @@ from .model.model import Model
 from .model.program import Program
 from .model.progress import Progress
 from .ops.registry import NeedValue
+from .runtime.module import Module
 from .target import Target
+from .te.schedule import Schedule
+from .te.tensor import Tensor
 
-__all__ = ["build", "compile", "compile_graph", "compile_model", "optimize"]
+__all__ = ["build", "compile", "compile_graph", "compile_model", "load", "optimize"]
+
+
+def build(
+    inputs: Schedule | PrimFunc | Sequence[PrimFunc],
+    args: Sequence[Tensor | E.Var] | None = None,
+    target: str | Target = "llvm",
+    target_host: str | Target | None = None,
+    name: str = "main",
+    use_cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> Module:
+    """Compile a schedule with its arguments (or already lowered functions) for ``target``.
+
+    ``target`` is ``"llvm"`` (this CPU), ``"cuda"`` or ``"rocm"`` (with options, see
+    :class:`~ember.target.Target`); ``target_host`` is accepted for TVM compatibility (the host
+    side of a GPU build runs in Python). Compiled code is cached on disk (see
+    :mod:`ember.cache`) unless ``use_cache`` is False."""
+    tgt = backend_for(target).resolve(Target(target))
+    if target_host is not None:
+        Target(target_host)
+    if isinstance(inputs, Schedule):
+        if args is None:
+            raise EmberError("build: give the argument list (tensors in call order) with a schedule")
+        funcs = [lower(inputs, args, name, target=tgt)]
+    elif isinstance(inputs, PrimFunc):
+        funcs = [inputs]
+    elif isinstance(inputs, (list, tuple)) and inputs and all(isinstance(f, PrimFunc) for f in inputs):
+        funcs = list(inputs)
+    else:
+        raise EmberError(f"build: expected a schedule or lowered functions, got {type(inputs).__name__}")
+    return build_functions(funcs, tgt, use_cache, cache_dir)
 
 
 def optimize(graph: Graph, progress: Any = None) -> Graph:
@@ -48,7 +86,7 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
     """Optimize, fuse, lower and build ``graph`` into one program (all kernels in one module).
 
     Raises :class:`~ember.ops.registry.NeedValue` when a shape depends on an input's value."""
-    tgt = Target(target)
+    tgt = backend_for(target).resolve(Target(target))
     progress = Progress(delay=0.0 if verbose else 1.0)
     g = optimize(graph, progress)
     groups = fuse(g, enabled=fuse_ops)
@@ -164,7 +202,47 @@ def compile(
             model, str(Target(target)), input_shapes, lambda g: compile_model(g, target, fuse, verbose)))
     t0 = time.perf_counter()
     compiled = compile_model(graph, target, fuse, verbose)
+    compiled.source = _source_of(model, target, input_shapes, fuse)
     slow = time.perf_counter() - t0 > model_cache.MODEL_CACHE_MIN_SECONDS
     if root is not None and key is not None and slow and compiled.is_static:
         model_cache.store_cached_model(root, key, compiled)
     return compiled
+
+
+def load(path: str | os.PathLike[str], rebuild: bool = False) -> Model:
+    """Load a model saved by :meth:`ember.Model.save`.
+
+    Loading runs nothing from the file (no pickle, no ``eval``, no ``dlopen``; every member is
+    checked against the file's manifest and the backend's checking loader). *Calling* the model
+    runs its machine code, so a compiled model is as trusted as its source: for a file from a
+    source you do not trust, ``rebuild=True`` compiles the ONNX model the file embeds again
+    with the options it was saved with, and uses none of the file's code."""
+    from .model.format import load_model, read_source
+
+    if not rebuild:
+        return load_model(path)
+    onnx_bytes, opts = read_source(path)
+    shapes = opts.get("input_shapes")
+    return compile(onnx_bytes, target=str(opts.get("target", "llvm")), input_shapes=shapes,
+                   fuse=bool(opts.get("fuse", True)), use_cache=False)
+
+
+def _source_of(model: Any, target: str, input_shapes: Mapping[str, Sequence[int]] | None,
+               fuse: bool) -> dict[str, Any] | None:
+    """What a model was compiled from, kept for saving (``rebuild``): the ONNX bytes when the
+    weights are inside them, and the options."""
+    data: bytes | None = None
+    if isinstance(model, (bytes, bytearray)):
+        data = bytes(model)
+    elif isinstance(model, (str, os.PathLike)):
+        try:
+            with open(model, "rb") as f:
+                data = f.read()
+        except OSError:
+            data = None
+    elif hasattr(model, "SerializeToString"):
+        data = model.SerializeToString()
+    if data is None or b"external_data" in data:
+        return None  # weights in external files: not embedded
+    shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    return {"onnx": data, "options": {"target": str(target), "input_shapes": shapes or None, "fuse": bool(fuse)}}

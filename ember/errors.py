@@ -43,3 +43,31 @@ class ArgumentError(EmberError, ValueError):
 class PassError(EmberError, ValueError):
     """A pass pipeline was configured wrongly: a bad :class:`~ember.transform.PassContext`
     argument, an unknown or required pass named in ``disabled_passes``, or a malformed pass."""
+
+
+
+class FrontendError(EmberError):
+    """A model cannot be imported (malformed ONNX, an unsupported construct)."""
+
+
+class ModelFormatError(FrontendError):
+    """A file is not what it claims to be: an ONNX file that is truncated or not protobuf, or a
+    saved ember model, compiled module or cache entry from another version, truncated, edited or
+    crafted. Names the file and what is wrong."""
+
+
+class UnsupportedOpError(FrontendError):
+    """The model uses operators ember does not implement; ``ops`` lists every one of them."""
+
+    def __init__(self, ops: dict[str, int]):
+        self.ops = dict(ops)
+        listing = ", ".join(f"{k} (x{v})" for k, v in sorted(ops.items()))
+        super().__init__(f"the model uses {len(ops)} operator type(s) ember does not support: {listing}")
+
+
+class GraphError(EmberError):
+    """A model's graph is inconsistent (shapes that do not match, a missing value...)."""
+
+
+class OpError(EmberError):
+    """An operator was given attributes or inputs it cannot honour (names node and fix)."""

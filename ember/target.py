@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 
 from .errors import TargetError
 
+#: The NVIDIA architecture assumed for a ``cuda`` target without ``-arch`` until a build fills
+#: in the GPU present (:meth:`ember.backends.cuda.CUDABackend.resolve`).
+DEFAULT_CUDA_ARCH = "sm_80"
+
 
 @functools.lru_cache(maxsize=1)
 def _llvm_host() -> tuple[str, str, str]:
@@ -58,11 +62,11 @@ class Target:
                     f"unknown target option -{key} in {spec!r} (known: -mcpu, -mattr, -arch, -mtriple, -num_threads)"
                 )
             opts[key] = value
-        if kind == "cuda":
-            arch = opts.get("arch") or _default_cuda_arch()
-            if not re.match(r"^sm_\d+a?$", arch):
-                raise TargetError(f"-arch={arch} is not an NVIDIA architecture like sm_80 or sm_90a")
-            opts["arch"] = arch
+        if kind == "cuda" and opts.get("arch"):
+            # Without -arch the CUDA backend fills it in at build time from the GPU present
+            # (parsing a target never touches a driver).
+            if not re.match(r"^sm_\d+a?$", opts["arch"]):
+                raise TargetError(f"-arch={opts['arch']} is not an NVIDIA architecture like sm_80 or sm_90a")
         if kind == "rocm":
             mcpu = opts.get("mcpu", "gfx942")
             if not re.match(r"^gfx[0-9a-f]+$", mcpu):
@@ -92,7 +96,7 @@ class Target:
     def mcpu(self) -> str:
         """The CPU or GPU model LLVM generates code for."""
         if self.kind == "cuda":
-            return self.opt("arch")
+            return self.opt("arch") or DEFAULT_CUDA_ARCH
         if self.kind == "rocm":
             return self.opt("mcpu")
         return self.opt("mcpu") or _llvm_host()[1]
@@ -228,18 +232,6 @@ def _features_of_cpu(mcpu: str) -> set[str]:
         "znver4": {"avx", "avx2", "fma", "avx512f"},
     }
     return set(base.get(mcpu, set()))
-
-
-def _default_cuda_arch() -> str:
-    try:
-        from .runtime.cuda import detected_arch
-
-        arch = detected_arch()
-        if arch:
-            return arch
-    except Exception:  # noqa: BLE001 - no driver: fall back to the documented default
-        pass
-    return "sm_80"
 
 
 def create(spec: str | Target) -> Target:

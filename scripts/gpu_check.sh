@@ -24,7 +24,7 @@ $PY -c "from ember.model_demo import export_efficientnet_lite0 as e; print('expo
 {
   date; nvidia-smi -L 2>&1; $PY --version
   $PY -c "import llvmlite, numpy; print('llvmlite', llvmlite.__version__, 'numpy', numpy.__version__)"
-  $PY -c "import ember.codegen.nvptx as n; print('libdevice', n.find_libdevice(), 'ptxas', n.find_ptxas())"
+  $PY -c "import ember.backends.cuda.codegen as n; print('libdevice', n.find_libdevice(), 'ptxas', n.find_ptxas())"
 } > "$OUT/env.txt" 2>&1
 tests_rc=0
 bench_rc=0

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import ember
+import ember.backends.cpu.codegen as cpu_codegen
 import ember.cache as cache
-import ember.codegen.cpu as cpu_codegen
 from ember import te
 
 
@@ -55,7 +55,7 @@ def test_second_build_is_a_cache_hit(tmp_path, counter):
     f1 = ember.build(s, args, cache_dir=tmp_path)
     assert counter.calls == 1
     (entry,) = _entries(tmp_path)
-    assert {p.name for p in entry.iterdir()} == {"meta.json", "module.ll", "module.o", "sigs.json"}
+    assert {p.name for p in entry.iterdir()} == {"meta.json", "module.ll", "module.o", "module.json"}
     s2, args2 = _schedule()  # the same kernel built afresh: same loop IR, same key
     f2 = ember.build(s2, args2, cache_dir=tmp_path)
     assert counter.calls == 1
@@ -92,7 +92,7 @@ def _corrupt_meta(entry: Path) -> None:
 
 
 def _corrupt_missing(entry: Path) -> None:
-    (entry / "sigs.json").unlink()
+    (entry / "module.json").unlink()
 
 
 def _corrupt_empty(entry: Path) -> None:

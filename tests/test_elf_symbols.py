@@ -3,6 +3,8 @@ them to address 0 (which crashed the process at the first call)."""
 
 from __future__ import annotations
 
+import json
+
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
@@ -10,10 +12,11 @@ import pytest
 
 import ember
 from ember import te
-from ember.codegen.cpu import CompiledCPU, init_llvm, target_machine
+from ember.backends.cpu import CPU_FORMAT
+from ember.backends.cpu.codegen import init_llvm, target_machine
+from ember.backends.cpu.elf import undefined_symbols
+from ember.backends.cpu.module import load_parts
 from ember.errors import ToolchainError
-from ember.runtime.cpu import jit_module
-from ember.runtime.elf import undefined_symbols
 from ember.target import Target
 
 
@@ -39,9 +42,9 @@ def test_undefined_symbols_lists_what_the_object_imports() -> None:
 
 def test_unresolvable_symbol_raises_instead_of_crashing() -> None:
     obj = _object_calling("ember_test_missing_symbol")
-    compiled = CompiledCPU("", obj, [], "llvm")
+    meta = {"format": CPU_FORMAT, "target": "llvm", "functions": [{"name": "caller", "params": [], "scalars": []}]}
     with pytest.raises(ToolchainError, match="ember_test_missing_symbol"):
-        jit_module(compiled, "", Target("llvm"))
+        load_parts({"module.json": json.dumps(meta).encode(), "module.o": obj})
 
 
 def test_float64_to_float16_runs(rng) -> None:

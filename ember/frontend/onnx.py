@@ -17,29 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EmberError
+from ..errors import FrontendError, ModelFormatError, UnsupportedOpError
 from ..graph.ir import Graph, Node, TensorInfo
 from ..ops.elemwise import ONNX_DTYPES
 from ..ops.registry import lookup
 
 MIN_OPSET = 1
-
-
-class FrontendError(EmberError):
-    """A model cannot be imported."""
-
-
-class ModelFormatError(FrontendError):
-    """The file is not a readable ONNX model (truncated, not protobuf, missing external data)."""
-
-
-class UnsupportedOpError(FrontendError):
-    """The model uses operators ember does not implement; ``ops`` lists every one of them."""
-
-    def __init__(self, ops: dict[str, int]):
-        self.ops = dict(ops)
-        listing = ", ".join(f"{k} (x{v})" for k, v in sorted(ops.items()))
-        super().__init__(f"the model uses {len(ops)} operator type(s) ember does not support: {listing}")
 
 
 def _onnx() -> Any:

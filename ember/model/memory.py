@@ -75,10 +75,10 @@ class HostMemory:
 
 
 class DeviceMemory:
-    """Tensors in the memory of one GPU as :class:`~ember.runtime.gpu.GPUArray` s."""
+    """Tensors in the memory of one GPU as :class:`~ember.runtime.gpu_array.GPUArray` s."""
 
     def __init__(self, device: Device):
-        from ..runtime import gpu
+        from ..runtime import gpu_array as gpu
 
         self.device = device
         self.kind = device.kind

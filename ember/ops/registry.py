@@ -20,14 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EmberError
+from ..errors import EmberError, OpError
 from ..te import Tensor
 
 PATTERNS = ("injective", "reduce", "heavy", "opaque")
-
-
-class OpError(EmberError):
-    """An operator was given attributes or inputs it cannot honour (names node and fix)."""
 
 
 class NeedValue(EmberError):

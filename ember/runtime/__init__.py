@@ -1,8 +1,7 @@
-"""The runtime: devices, arrays, modules, drivers."""
+"""The runtime: devices, arrays, modules and the GPU drivers (``cuda_driver``, ``hip_driver``).
 
-from . import cuda as _cuda_driver  # noqa: F401  (loaded first so that the names below stay the device
-from . import rocm as _rocm_driver  # noqa: F401   functions; the drivers are ember.runtime.cuda/rocm modules)
-from .cpu import load_module
+Compiled modules of each target are made and loaded by its backend (:mod:`ember.backends`)."""
+
 from .module import Function, Module
 from .ndarray import Device, NDArray, array, cpu, cuda, device, empty, from_dlpack, rocm
 
@@ -17,6 +16,5 @@ __all__ = [
     "device",
     "empty",
     "from_dlpack",
-    "load_module",
     "rocm",
 ]

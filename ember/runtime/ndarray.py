@@ -49,15 +49,17 @@ class Device:
             return False
 
     def driver(self) -> Any:
-        """The runtime driver module of this device kind."""
-        if self.kind in ("cuda", "rocm"):
-            import importlib
+        """The driver module of this GPU kind (:mod:`ember.runtime.cuda_driver` or
+        :mod:`ember.runtime.hip_driver`); the CPU has none (DeviceError)."""
+        if self.kind == "cuda":
+            from . import cuda_driver
 
-            # by module path: the package attributes ``cuda``/``rocm`` are the device functions
-            return importlib.import_module(f"{__package__}.{self.kind}")
-        from . import cpu
+            return cuda_driver
+        if self.kind == "rocm":
+            from . import hip_driver
 
-        return cpu
+            return hip_driver
+        raise DeviceError(f"{self} has no GPU driver")
 
     @property
     def attributes(self) -> dict[str, Any]:

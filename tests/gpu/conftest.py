@@ -14,7 +14,7 @@ def _cuda_reason() -> str | None:
     try:
         import importlib
 
-        n = importlib.import_module("ember.runtime.cuda").device_count()
+        n = importlib.import_module("ember.runtime.cuda_driver").device_count()
     except Exception as exc:  # noqa: BLE001 - any driver failure is a reason to skip
         return f"no CUDA device: {exc}"
     if n == 0:

@@ -16,7 +16,8 @@ import pytest
 
 import ember
 from ember import te
-from ember.codegen import amdgpu, nvptx
+from ember.backends.cuda import codegen as nvptx
+from ember.backends.rocm import codegen as amdgpu
 from ember.errors import CodegenError, LoweringError, ToolchainError
 
 ROCM_TARGETS = ["rocm -mcpu=gfx90a", "rocm -mcpu=gfx942", "rocm -mcpu=gfx1100"]
@@ -116,7 +117,7 @@ def test_all_kernels_compile_for_rocm_gfx942(tmp_path):
 
 @needs_lld
 def test_rocm_kernarg_layout_matches_llvm_metadata(tmp_path):
-    from ember.runtime.rocm import kernarg_layout
+    from ember.runtime.hip_driver import kernarg_layout
 
     n = te.var("n", "int64")
     m = te.var("m")
@@ -274,7 +275,7 @@ def test_too_old_lld_is_skipped(tmp_path, monkeypatch):
 def test_missing_driver_is_one_sentence():
     import importlib
 
-    cuda = importlib.import_module("ember.runtime.cuda")
+    cuda = importlib.import_module("ember.runtime.cuda_driver")
     try:
         cuda.device_count()
     except ember.DeviceError as exc:

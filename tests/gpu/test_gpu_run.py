@@ -116,16 +116,18 @@ FALLBACK_TOL = {
 
 
 def _math_check(dev, tmp_path, name, dtype, libdevice):
-    from ember.codegen.gpu_build import build_gpu
-    from ember.codegen.nvptx import NVPTXBackend
+    from ember.backends.cuda import CUDABackend
+    from ember.backends.cuda.codegen import NVPTXCompiler
+    from ember.backends.gpu.build import compile_parts
     from ember.target import Target
 
     s, args, ref = K.unary(name, dtype)
     fn = ember.lower(s, args, f"m_{name}")
-    backend = NVPTXBackend(libdevice=None if libdevice else "off")
-    if libdevice and backend.libdevice is None:
+    compiler = NVPTXCompiler(libdevice=None if libdevice else "off")
+    if libdevice and compiler.libdevice is None:
         pytest.skip("no libdevice on this machine")
-    f = build_gpu([fn], Target(TARGET), Target("llvm"), False, None, backend)
+    tgt = CUDABackend().resolve(Target(TARGET))
+    f = CUDABackend().load(compile_parts([fn], tgt, compiler), tgt)
     _, _, sampler = K.MATH_FUNCS[name]
     a = sampler(rng, 20000).astype(dtype)
     out = run(f, dev, [a], a.shape, dtype)

@@ -63,7 +63,7 @@ def test_cuda_model_compiles_saves_and_loads_without_a_gpu(rng, tmp_path) -> Non
     path = tmp_path / "small.ember"
     model.save(path)
     names = zipfile.ZipFile(path).namelist()
-    assert {"plan.json", "weights.npz", "gpu_module.json", "device.bin"} <= set(names)
+    assert {"manifest.json", "plan.json", "weights.npz", "module/module.json", "module/device.bin"} <= set(names)
     again = ember.load(path)
     assert again.target == model.target and again.num_kernels == model.num_kernels
     assert again.module.imported_modules[0].get_binary() == model.module.imported_modules[0].get_binary()
@@ -73,7 +73,7 @@ def test_cuda_model_compiles_saves_and_loads_without_a_gpu(rng, tmp_path) -> Non
 
 
 def test_rocm_model_compiles_to_a_code_object(rng) -> None:
-    from ember.codegen.amdgpu import find_lld
+    from ember.backends.rocm.codegen import find_lld
 
     try:
         find_lld()

@@ -27,12 +27,12 @@ from typing import Any
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ..errors import CodegenError, ToolchainError
-from ..target import Target
-from .cpu import init_llvm, optimize, parse_and_verify
-from .gpu import CodeGenGPU, FallbackMath, finalize_kernels
-from .gpu_build import build_gpu, disabled, env_path
-from .llvm import F32, I32
+from ...codegen.llvm import F32, I32
+from ...errors import CodegenError, ToolchainError
+from ...target import Target
+from ..cpu.codegen import init_llvm, optimize, parse_and_verify
+from ..gpu.build import disabled, env_path
+from ..gpu.codegen import CodeGenGPU, FallbackMath, finalize_kernels
 
 
 def _cuda_roots() -> list[str]:
@@ -152,7 +152,7 @@ def _target_machine(tgt: Target) -> Any:
     return t.create_target_machine(cpu=arch, features=tgt.opt("mattr"), opt=3)
 
 
-class NVPTXBackend:
+class NVPTXCompiler:
     """Turns an NVPTX code generator's module into PTX and, with ptxas, a cubin."""
 
     def __init__(self, libdevice: str | None = None):
@@ -197,12 +197,17 @@ class NVPTXBackend:
             return {"binary": cubin, "llvm": llvm_text, "format": "cubin", "extra": extra}
         return {"binary": ptx.encode(), "llvm": llvm_text, "format": "ptx", "extra": extra}
 
-    def sources(self, compiled: dict[str, Any], tgt: Target) -> dict[str, Any]:
-        extra = compiled.get("extra", {})
-        ptx = extra.get("ptx") or compiled["binary"].decode()
-        out = {"llvm": lambda: compiled["llvm"], "ptx": lambda: ptx, "asm": lambda: ptx}
-        if "ptxas_log" in extra:
-            out["ptxas"] = lambda: extra["ptxas_log"]
+    @staticmethod
+    def sources(meta: dict[str, Any], parts: dict[str, bytes]) -> dict[str, Any]:
+        """The device module's text formats from its parts: LLVM IR, PTX (``asm`` too) and
+        ptxas's report when there was one."""
+        llvm_text = parts.get("module.ll", b"").decode("utf-8", "replace")
+        raw = parts.get("module.ptx") or (parts.get("device.bin", b"") if meta.get("binary_format") == "ptx" else b"")
+        ptx = raw.decode("utf-8", "replace")
+        out = {"llvm": lambda: llvm_text, "ptx": lambda: ptx, "asm": lambda: ptx}
+        log = meta.get("extra", {}).get("ptxas_log") if isinstance(meta.get("extra"), dict) else None
+        if isinstance(log, str):
+            out["ptxas"] = lambda: log
         return out
 
 
@@ -230,12 +235,6 @@ def ptxas_compile(ptx: str, arch: str, ptxas: str | None = None) -> tuple[bytes,
             raise CodegenError(f"ptxas rejected the PTX ember generated for {arch}:\n{proc.stderr.strip()}")
         with open(out, "rb") as f:
             return f.read(), proc.stderr
-
-
-def build_cuda(funcs: list[Any], tgt: Target, target_host: Target, use_cache: bool = True,
-               cache_dir: Any = None) -> Any:
-    """Build lowered functions for an NVIDIA GPU: the host module with the device module imported."""
-    return build_gpu(funcs, tgt, target_host, use_cache, cache_dir, NVPTXBackend())
 
 
 def math_library() -> str:

@@ -209,21 +209,21 @@ def synchronize(index: int = 0) -> None:
 
 def empty(shape: tuple[int, ...], dt: DataType, dev: Any) -> Any:
     """An uninitialised array on ``dev``."""
-    from . import gpu
+    from . import gpu_array as gpu
 
     return gpu.empty(shape, dt, dev)
 
 
 def array(src: Any, dt: DataType, dev: Any) -> Any:
     """A device copy of host data."""
-    from . import gpu
+    from . import gpu_array as gpu
 
     return gpu.array(src, dt, dev)
 
 
 def from_dlpack(obj: Any) -> Any:
     """An array sharing memory with a ROCm DLPack producer (a torch tensor on ROCm, a CuPy array)."""
-    from . import gpu
+    from . import gpu_array as gpu
 
     return gpu.from_dlpack(obj, "rocm")
 

@@ -19,15 +19,15 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from ..arith import simplify, structural_key
-from ..errors import CodegenError
-from ..ir import expr as E
-from ..ir import stmt as S
-from ..ir.buffer import Buffer
-from ..ir.dtype import DataType
-from ..lower.gpu import BLOCK_TAGS, THREAD_TAGS, Kernel, buffer_elems
-from ..target import Target
-from .llvm import F16, F32, F64, I16, I32, I64, CodeGenLLVM, _is_one
+from ...arith import simplify, structural_key
+from ...codegen.llvm import F16, F32, F64, I16, I32, I64, CodeGenLLVM, _is_one
+from ...errors import CodegenError
+from ...ir import expr as E
+from ...ir import stmt as S
+from ...ir.buffer import Buffer
+from ...ir.dtype import DataType
+from ...lower.gpu import BLOCK_TAGS, THREAD_TAGS, Kernel, buffer_elems
+from ...target import Target
 
 
 class CodeGenGPU(CodeGenLLVM):
@@ -77,7 +77,7 @@ class CodeGenGPU(CodeGenLLVM):
         self._entry_block = entry
         self.builder = ir.IRBuilder(entry)
         self.vars, self.buffers = {}, {}
-        from ..arith import Analyzer
+        from ...arith import Analyzer
 
         self.analyzer = Analyzer()
         self._block = k.block

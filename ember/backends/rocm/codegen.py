@@ -34,12 +34,12 @@ from typing import Any
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ..errors import CodegenError, ToolchainError
-from ..target import Target
-from .cpu import init_llvm, optimize, parse_and_verify
-from .gpu import CodeGenGPU, FallbackMath, finalize_kernels
-from .gpu_build import build_gpu, disabled, env_path
-from .llvm import F32, I32
+from ...codegen.llvm import F32, I32
+from ...errors import CodegenError, ToolchainError
+from ...target import Target
+from ..cpu.codegen import init_llvm, optimize, parse_and_verify
+from ..gpu.build import disabled, env_path
+from ..gpu.codegen import CodeGenGPU, FallbackMath, finalize_kernels
 
 MIN_LLD = 19
 CODE_OBJECT_VERSION = 500
@@ -214,7 +214,7 @@ def _bitcode(path: str) -> bytes:
         return f.read()
 
 
-class AMDGPUBackend:
+class AMDGPUCompiler:
     """Turns an AMDGPU code generator's module into an HSA code object."""
 
     def __init__(self) -> None:
@@ -265,12 +265,16 @@ class AMDGPUBackend:
         hsaco = link_code_object(obj)
         return {"binary": hsaco, "llvm": llvm_text, "format": "hsaco", "extra": {}}
 
-    def sources(self, compiled: dict[str, Any], tgt: Target) -> dict[str, Any]:
-        llvm_text = compiled["llvm"]
+    @staticmethod
+    def sources(meta: dict[str, Any], parts: dict[str, bytes]) -> dict[str, Any]:
+        """The device module's text formats from its parts: LLVM IR and AMDGPU assembly
+        (generated from the IR on first request)."""
+        llvm_text = parts.get("module.ll", b"").decode("utf-8", "replace")
+        target = str(meta.get("target", "rocm"))
 
         @functools.lru_cache(maxsize=1)
         def asm() -> str:
-            return _target_machine(tgt).emit_assembly(parse_and_verify(llvm_text, "the ROCm kernels"))
+            return _target_machine(Target(target)).emit_assembly(parse_and_verify(llvm_text, "the ROCm kernels"))
 
         return {"llvm": lambda: llvm_text, "asm": asm}
 
@@ -288,9 +292,3 @@ def link_code_object(obj: bytes, lld: str | None = None) -> bytes:
             raise ToolchainError(f"{linker} could not link the AMDGPU code object:\n{proc.stderr.strip()}")
         with open(out, "rb") as f:
             return f.read()
-
-
-def build_rocm(funcs: list[Any], tgt: Target, target_host: Target, use_cache: bool = True,
-               cache_dir: Any = None) -> Any:
-    """Build lowered functions for an AMD GPU: the host module with the device module imported."""
-    return build_gpu(funcs, tgt, target_host, use_cache, cache_dir, AMDGPUBackend())

@@ -44,3 +44,15 @@ def undefined_symbols(obj: bytes) -> list[str]:
             end = obj.index(b"\0", start)
             names.append(obj[start:end].decode("utf-8", "replace"))
     return names
+
+
+def check_object(obj: bytes, functions: list[str]) -> list[str]:
+    """Check that ``obj`` is an ELF64 relocatable object for this machine that defines
+    ``functions``; returns the symbols it imports. Raises ModelFormatError otherwise.
+
+    (Minimal check; the full header, section and symbol-table validation is in progress.)"""
+    from ...errors import ModelFormatError
+
+    if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        raise ModelFormatError("the CPU module's object code is not an ELF64 little-endian object")
+    return undefined_symbols(obj)

@@ -245,21 +245,21 @@ def synchronize(index: int = 0) -> None:
 # -- arrays -----------------------------------------------------------------------------------------
 def empty(shape: tuple[int, ...], dt: DataType, dev: Any) -> Any:
     """An uninitialised array on ``dev``."""
-    from . import gpu
+    from . import gpu_array as gpu
 
     return gpu.empty(shape, dt, dev)
 
 
 def array(src: Any, dt: DataType, dev: Any) -> Any:
     """A device copy of host data."""
-    from . import gpu
+    from . import gpu_array as gpu
 
     return gpu.array(src, dt, dev)
 
 
 def from_dlpack(obj: Any) -> Any:
     """An array sharing memory with a CUDA DLPack producer (a torch.cuda tensor, a CuPy array)."""
-    from . import gpu
+    from . import gpu_array as gpu
 
     return gpu.from_dlpack(obj, "cuda")
 

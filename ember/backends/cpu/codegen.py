@@ -17,14 +17,14 @@ from typing import Any
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ..errors import CodegenError, EmberError, ToolchainError
-from ..ir import expr as E
-from ..ir import stmt as S
-from ..ir.buffer import Buffer
-from ..ir.verify import verify
-from ..ir.visitor import free_vars
-from ..target import Target
-from .llvm import I32, I64, PTR, CodeGenLLVM, signature_vars
+from ...codegen.llvm import I32, I64, PTR, CodeGenLLVM, signature_vars
+from ...errors import CodegenError, EmberError, ToolchainError
+from ...ir import expr as E
+from ...ir import stmt as S
+from ...ir.buffer import Buffer
+from ...ir.verify import verify
+from ...ir.visitor import free_vars
+from ...target import Target
 
 
 class CodeGenCPU(CodeGenLLVM):

@@ -1,0 +1,52 @@
+"""The CPU backend: LLVM for the host (x86-64, AArch64), objects run in process.
+
+``compile`` emits a relocatable object plus ``module.json`` (format, function signatures) and
+the LLVM IR text; ``load`` checks the object (:mod:`.elf`) and maps it with LLVM's in-process
+linker (MCJIT) — no ``dlopen``, so nothing in the object runs at load.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ...errors import ModelFormatError
+from ...ir.stmt import PrimFunc
+from ...runtime.module import Module
+from ...target import Target
+from ..base import Backend, Parts
+
+#: Version of the CPU parts' ``module.json``.
+CPU_FORMAT = "ember-cpu-module/1"
+
+
+class CPUBackend(Backend):
+    """Builds and loads CPU modules."""
+
+    kind = "llvm"
+
+    def fingerprint(self, target: Target) -> str:
+        """The CPU model and features are in the target string; nothing else varies."""
+        return f"cpu {target.triple} {target.mcpu} {target.mattr}"
+
+    def compile(self, funcs: list[PrimFunc], target: Target) -> Parts:
+        """Code generation, LLVM O3 and object emission (see :mod:`.codegen`)."""
+        from .codegen import compile_cpu
+
+        compiled = compile_cpu(funcs, target, funcs[0].name)
+        meta = {"format": CPU_FORMAT, "target": str(target), "functions": compiled.functions,
+                "loop_ir": "\n\n".join(str(f) for f in funcs)}
+        return {"module.json": json.dumps(meta).encode(), "module.o": compiled.obj,
+                "module.ll": compiled.llvm_ir.encode()}
+
+    def load(self, parts: Parts, target: Target | None = None) -> Module:
+        """Check the parts and map the object in process (see :func:`.module.load_parts`)."""
+        from .module import load_parts
+
+        return load_parts(parts, target)
+
+    def serialize(self, module: Module) -> Parts:
+        """The parts of a CPU module (it keeps them)."""
+        parts = getattr(module, "parts", None)
+        if parts is None:
+            raise ModelFormatError("this CPU module keeps no object code to save")
+        return dict(parts)
