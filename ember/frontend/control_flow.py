@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..graph.ir import TensorInfo
-from .onnx import FrontendError, UnsupportedOpError, elem_dtype, load_model
+from .onnx import FrontendError, UnsupportedOpError, elem_dtype
 
 #: Operators this module resolves (they never reach the graph IR).
 CONTROL_OPS = frozenset(
