@@ -25,7 +25,7 @@ from . import cache as compile_cache
 from .backends import backend_for, build_functions
 from .errors import EmberError
 from .graph.ir import Graph
-from .graph.passes import dead_code_elimination, fuse, infer_and_fold, simplify
+from .graph.passes import default_graph_pipeline, fuse, infer_and_fold
 from .ir import expr as E
 from .ir.stmt import PrimFunc
 from .lower import lower
@@ -76,10 +76,10 @@ def build(
 
 
 def optimize(graph: Graph, progress: Any = None) -> Graph:
-    """The graph passes: inference with constant folding, simplification, dead-code elimination."""
-    g = infer_and_fold(graph, progress=progress)
-    g = simplify(g)
-    return dead_code_elimination(g)
+    """The graph passes (:func:`~ember.graph.passes.default_graph_pipeline`: inference with
+    constant folding, simplification, dead-code elimination), run under the current
+    :class:`~ember.transform.PassContext` (opt level, disabled passes, IR dumps, timing)."""
+    return default_graph_pipeline(progress)(graph)
 
 
 def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False) -> Program:

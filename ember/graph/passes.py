@@ -19,16 +19,12 @@ from typing import Any
 import numpy as np
 
 from .. import te
-from ..errors import EmberError
+from ..errors import EmberError, GraphError
 from ..ops.registry import NeedValue, OpContext, call, lookup
 from ..ops.util import shape as te_shape
 from ..ops.util import uname
 from ..transform import Pass, PassContext, Sequential
 from .ir import Graph, Node, TensorInfo
-
-
-class GraphError(EmberError):
-    """A model's graph is inconsistent (shapes that do not match, a missing value...)."""
 
 
 def node_context(node: Node, consts: dict[str, np.ndarray]) -> OpContext:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ember.errors import PassError
+from ember.errors import GraphError, PassError
 from ember.graph import Graph, Node, TensorInfo
 from ember.graph.passes import (
     DeadCodeElimination,
     Fuse,
     FusedGraph,
-    GraphError,
     InferAndFold,
     Simplify,
     dead_code_elimination,
