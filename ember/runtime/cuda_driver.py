@@ -23,7 +23,9 @@ from ..ir.dtype import DataType
 _lock = threading.Lock()
 _lib: Any = None
 _contexts: dict[int, ctypes.c_void_p] = {}
-_current = -1
+# The device whose context is current, per thread: CUDA contexts and HIP's current device are
+# thread state, so a model compiled on one thread must set its device again on another.
+_tls = threading.local()
 
 c_void_p, c_int, c_uint = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
 c_size_t, c_uint64 = ctypes.c_size_t, ctypes.c_uint64
@@ -147,9 +149,8 @@ def device_count() -> int:
 
 def activate(index: int) -> Any:
     """Make device ``index``'s primary context current in this thread; returns the library."""
-    global _current
     lib = _lib if _lib is not None else _load()
-    if index == _current:
+    if getattr(_tls, "current", -1) == index:
         return lib
     ctx = _contexts.get(index)
     if ctx is None:
@@ -162,7 +163,7 @@ def activate(index: int) -> Any:
         check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev.value), "cuDevicePrimaryCtxRetain")
         _contexts[index] = ctx
     check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    _current = index
+    _tls.current = index
     return lib
 
 
@@ -365,16 +366,21 @@ class Launcher:
         self.params = (c_void_p * max(1, len(self.slots)))(*[ctypes.addressof(s) for s in self.slots])
         self._lib = activate(index)
         self._launch = self._lib.cuLaunchKernel
+        # The slots are shared by every thread that launches this kernel: filling them and
+        # launching (which copies them) is one critical section.
+        self._fill_lock = threading.Lock()
         if self.shared > 48 * 1024:
             check(self._lib.cuFuncSetAttribute(func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared),
                   "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
 
     def __call__(self, grid: tuple[int, int, int], values: list[int]) -> None:
-        if _current != self.index:
+        if getattr(_tls, "current", -1) != self.index:
             activate(self.index)
-        for slot, v in zip(self.slots, values):
-            slot.value = v
         b = self.block
-        rc = self._launch(self.func, grid[0], grid[1], grid[2], b[0], b[1], b[2], self.shared, None, self.params, None)
+        with self._fill_lock:
+            for slot, v in zip(self.slots, values):
+                slot.value = v
+            rc = self._launch(self.func, grid[0], grid[1], grid[2], b[0], b[1], b[2], self.shared, None, self.params,
+                              None)
         if rc != 0:
             raise DeviceError(f"launching a kernel with grid {grid} and block {b} failed: {_error_name(self._lib, rc)}")

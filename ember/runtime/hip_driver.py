@@ -23,7 +23,9 @@ from ..ir.dtype import DataType
 
 _lock = threading.Lock()
 _lib: Any = None
-_current = -1
+# The device whose context is current, per thread: CUDA contexts and HIP's current device are
+# thread state, so a model compiled on one thread must set its device again on another.
+_tls = threading.local()
 
 c_void_p, c_int, c_uint, c_size_t = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
 
@@ -133,14 +135,13 @@ def device_count() -> int:
 
 def activate(index: int) -> Any:
     """Make device ``index`` current in this thread; returns the library."""
-    global _current
     lib = _lib if _lib is not None else _load()
-    if index != _current:
+    if getattr(_tls, "current", -1) != index:
         n = device_count()
         if not 0 <= index < n:
             raise DeviceError(f"rocm({index}) does not exist: this machine has {n} AMD GPU(s)")
         check(lib.hipSetDevice(index), "hipSetDevice")
-        _current = index
+        _tls.current = index
     return lib
 
 
@@ -299,14 +300,18 @@ class Launcher:
         self.extra = (c_void_p * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(self.buf),
                                     HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(self.size), HIP_LAUNCH_PARAM_END)
         self._lib = activate(index)
+        # The kernarg buffer is shared by every thread that launches this kernel: filling it and
+        # launching (which copies it) is one critical section.
+        self._fill_lock = threading.Lock()
 
     def __call__(self, grid: tuple[int, int, int], values: list[int]) -> None:
-        if _current != self.index:
+        if getattr(_tls, "current", -1) != self.index:
             activate(self.index)
-        for fmt, off, v in zip(self.formats, self.offsets, values):
-            struct.pack_into(fmt, self.buf, off, v)
         b = self.block
-        rc = self._lib.hipModuleLaunchKernel(self.func, grid[0], grid[1], grid[2], b[0], b[1], b[2], self.shared,
-                                             None, None, self.extra)
+        with self._fill_lock:
+            for fmt, off, v in zip(self.formats, self.offsets, values):
+                struct.pack_into(fmt, self.buf, off, v)
+            rc = self._lib.hipModuleLaunchKernel(self.func, grid[0], grid[1], grid[2], b[0], b[1], b[2], self.shared,
+                                                 None, None, self.extra)
         if rc != 0:
             raise DeviceError(f"launching a kernel with grid {grid} and block {b} failed: {_error_name(self._lib, rc)}")
