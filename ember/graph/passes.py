@@ -23,22 +23,29 @@ from ..errors import EmberError, GraphError
 from ..ops.registry import NeedValue, OpContext, call, lookup
 from ..ops.util import shape as te_shape
 from ..ops.util import uname
+from ..strategy.base import Strategy
 from ..transform import Pass, PassContext, Sequential
 from .ir import Graph, Node, TensorInfo
 
 
-def node_context(node: Node, consts: dict[str, np.ndarray]) -> OpContext:
-    """The operator context of ``node``."""
+def node_context(node: Node, consts: dict[str, np.ndarray], strategy: Strategy | None = None) -> OpContext:
+    """The operator context of ``node``; ``strategy`` is the target's (the host CPU's when None)."""
     attrs = dict(node.attrs)
     attrs["_outputs"] = list(node.outputs)
     attrs["_num_outputs"] = len(node.outputs)
-    return OpContext(node.op, attrs, list(node.inputs), consts, node.opset, node.name)
+    ctx = OpContext(node.op, attrs, list(node.inputs), consts, node.opset, node.name)
+    if strategy is not None:
+        ctx.strategy = strategy
+    return ctx
 
 
-def build_node(node: Node, tensors: dict[str, te.Tensor], consts: dict[str, np.ndarray]) -> list[Any]:
-    """Apply ``node``'s operator to te tensors; outputs are tensors or NumPy arrays (constants)."""
+def build_node(
+    node: Node, tensors: dict[str, te.Tensor], consts: dict[str, np.ndarray], strategy: Strategy | None = None
+) -> list[Any]:
+    """Apply ``node``'s operator to te tensors; outputs are tensors or NumPy arrays (constants).
+    ``strategy`` (the target's; the host CPU's when None) chooses the operators' layouts."""
     ins = [tensors[i] if i else None for i in node.inputs]
-    ctx = node_context(node, consts)
+    ctx = node_context(node, consts, strategy)
     try:
         return call(ctx, ins)
     except (NeedValue, EmberError):
@@ -118,8 +125,8 @@ def fold_node(
 ) -> list[np.ndarray]:
     """Compute a node with constant inputs by compiling and running its kernel."""
     from .. import build
-    from ..ops.schedule import schedule_group
     from ..ops.util import reset_names
+    from ..strategy.cpu import schedule_group
 
     # Rebuild the node on fresh placeholders with fresh names: the kernel text (the cache key)
     # is then the same in every compile.

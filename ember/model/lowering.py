@@ -1,9 +1,11 @@
 """Group lowering: each fused group of graph nodes becomes one loop-IR function.
 
-:func:`lower_groups` builds the te program of a group from its nodes' operators, replaces
-constant layout transforms (packed weights) by constants computed now, lifts the buffers the
-schedule keeps in memory into workspace arguments that the memory plan provides, schedules the
-kernel for the target and lowers it. It returns the functions and the model's step list:
+:func:`lower_groups` builds the te program of a group from its nodes' operators (with the
+target's strategy, :mod:`ember.strategy`, in their context: it chooses layouts such as the GEMM
+panel width), replaces constant layout transforms (stages flagged ``constant_layout``: packed
+weights) by constants computed now, lifts the buffers the strategy keeps in memory into
+workspace arguments that the memory plan provides, schedules the kernel with the strategy and
+lowers it. It returns the functions and the model's step list:
 ``{"kind": "kernel", "func", "args", "nout"}`` or ``{"kind": "view", "src", "dst"}`` (a reshape
 that copies nothing).
 """
@@ -18,10 +20,11 @@ import numpy as np
 from .. import te
 from ..graph.ir import Graph, TensorInfo
 from ..graph.passes import Group, build_node
-from ..ops.schedule import schedule_group
-from ..ops.schedule_gpu import lift_scalar_reductions, schedule_group_gpu
 from ..ops.util import reset_names, uname
 from ..ops.util import shape as te_shape
+from ..strategy import Strategy, host_strategy, strategy_for
+from ..strategy.cpu import schedule_group
+from ..target import Target
 from ..te import ComputeOp
 from ..te.rewrite import rewrite
 
@@ -38,15 +41,22 @@ def _group_is_view(gr: Group, graph: Graph) -> bool:
 
 
 def lower_groups(
-    graph: Graph, groups: list[Group], progress: Callable[[str], None] | None = None, gpu: bool = False
+    graph: Graph,
+    groups: list[Group],
+    progress: Callable[[str], None] | None = None,
+    gpu: bool = False,
+    target: Target | str | None = None,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Build and lower one function per non-view group; returns (functions, steps).
+    """Build and lower one function per non-view group for ``target``; returns (functions, steps).
 
-    With ``gpu``, kernels get the GPU schedules of :mod:`ember.ops.schedule_gpu`, every
-    intermediate stage kept in memory becomes a workspace from the memory plan, and a scalar
-    (0-d) output is computed as a one-element vector (the same bytes)."""
+    The target's strategy (:func:`ember.strategy.strategy_for`) chooses the operators' layouts,
+    rewrites each kernel's program and schedules it; every intermediate stage it keeps in memory
+    becomes a workspace from the memory plan. On a GPU (every intermediate reduction is such a
+    stage) a scalar (0-d) output is computed as a one-element vector (the same bytes). Without
+    ``target``, ``gpu`` picks the GPU strategy (of ``cuda``) or the host CPU's."""
     from ..lower import lower
 
+    strategy = _strategy(target, gpu)
     funcs, steps = [], []
     for k, gr in enumerate(groups):
         if _group_is_view(gr, graph):
@@ -63,7 +73,7 @@ def lower_groups(
             tensors[i] = t
             params.append(t)
         for node in gr.nodes:
-            outs = build_node(node, tensors, graph.consts)
+            outs = build_node(node, tensors, graph.consts, strategy=strategy)
             for o, t in zip(node.outputs, outs):
                 if o:
                     tensors[o] = t
@@ -74,8 +84,7 @@ def lower_groups(
         for o in outs:
             if id(o.op) in seen or o in params:
                 o = te.compute(o.shape, lambda *i, o=o: o[i], name=uname("copy"))
-            if gpu and not o.shape:
-                o = _as_vector(o)
+            (o,) = strategy.lift_outputs([o])
             seen.add(id(o.op))
             fixed.append(o)
         fname = f"k{k}_{''.join(c if c.isalnum() else '_' for c in gr.name)}"
@@ -87,13 +96,12 @@ def lower_groups(
         gr_inputs = list(gr.inputs) + [n for n, _ in folded]
         # Large intermediate buffers (packed operands, GEMM results) become workspace arguments,
         # so the memory plan provides them instead of a malloc on every call.
-        if gpu:
-            fixed = lift_scalar_reductions(fixed)
-        work = _workspaces(fixed, gpu)
+        fixed = strategy.lift(fixed)
+        work = _workspaces(fixed, strategy)
         work_names = [f"{fname}__ws{j}" for j in range(len(work))]
         for wn, wt in zip(work_names, work):
             graph.values[wn] = TensorInfo(te_shape(wt), str(wt.dtype))
-        s = schedule_group_gpu(fixed + work, set()) if gpu else schedule_group(fixed + work, set())
+        s = strategy.schedule_group(fixed + work)
         used = {id(st.op) for st in s.stages}
         ins = [(name, t) for name, t in zip(gr_inputs, params) if id(t.op) in used]
         funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname))
@@ -102,16 +110,24 @@ def lower_groups(
     return funcs, steps
 
 
+def _strategy(target: Target | str | None, gpu: bool) -> Strategy:
+    """The strategy of ``target``; without one, the GPU strategy (``cuda``) when ``gpu``, else
+    the host CPU's."""
+    if target is not None:
+        return strategy_for(target)
+    return strategy_for("cuda") if gpu else host_strategy()
+
+
 def _fold_constant_stages(
     outs: list[te.Tensor], consts: dict[int, str], graph: Graph, fname: str
 ) -> tuple[list[te.Tensor], list[tuple[str, te.Tensor]]]:
-    """Layout transforms of constants, computed at compile time. Every stage kept in memory
-    (``tag == "keep"``: a matrix product's right operand packed into column panels) that depends
-    only on constants (directly or through other computed stages) is run once on the CPU; its
-    value becomes a new graph constant, which the kernel reads through a new placeholder instead
-    of repacking on every call. Returns the rewritten outputs and the (constant name,
-    placeholder) pairs to pass."""
-    from ..build_module import build
+    """Layout transforms of constants, computed at compile time. Every stage flagged
+    ``constant_layout`` (a matrix product's right operand packed into column panels) that
+    depends only on constants (directly or through other computed stages) is run once on the
+    host CPU; its value becomes a new graph constant, which the kernel reads through a new
+    placeholder instead of repacking on every call. Returns the rewritten outputs and the
+    (constant name, placeholder) pairs to pass."""
+    from ..backends import build_functions
     from ..lower import lower
 
     folded: list[tuple[str, te.Tensor]] = []
@@ -127,11 +143,11 @@ def _fold_constant_stages(
             return None
         srcs = list(dict.fromkeys(p for t in op.input_tensors for p in constant[id(t.op)]))
         constant[id(op)] = srcs
-        if op.tag != "keep" or op.num_outputs != 1:
+        if not op.constant_layout or op.num_outputs != 1:
             return None
         t = op.output(0)
         s = schedule_group([t], set())
-        mod = build(lower(s, srcs + [t], "fold"), target="llvm")
+        mod = build_functions([lower(s, srcs + [t], "fold")], "llvm")
         value = np.empty(te_shape(t), dtype=str(t.dtype))
         mod(*[graph.consts[consts[id(x.op)]] for x in srcs], value)
         name = f"{fname}__const{len(folded)}"
@@ -144,14 +160,10 @@ def _fold_constant_stages(
     return rewrite(outs, fold), folded
 
 
-def _as_vector(t: te.Tensor) -> te.Tensor:
-    """A 0-d tensor computed as a one-element vector (GPU stages need an axis to bind)."""
-    return te.compute((1,), lambda i: t[()], name=uname("scalar"))
-
-
-def _workspaces(outs: list[te.Tensor], gpu: bool = False) -> list[te.Tensor]:
-    """Root intermediate stages of a kernel that its schedule keeps in memory: packed operands
-    (and on a GPU every intermediate reduction, which runs as a kernel of its own)."""
+def _workspaces(outs: list[te.Tensor], strategy: Strategy) -> list[te.Tensor]:
+    """Intermediate stages of a kernel that ``strategy`` keeps in memory (packed operands, GEMM
+    results; on a GPU every intermediate reduction, which runs as a kernel of its own), in the
+    order they are found from the outputs."""
     found: list[te.Tensor] = []
     seen: set[int] = {id(o.op) for o in outs}
     stack = [o.op for o in outs]
@@ -162,11 +174,6 @@ def _workspaces(outs: list[te.Tensor], gpu: bool = False) -> list[te.Tensor]:
                 continue
             seen.add(id(t.op))
             stack.append(t.op)
-            kept = getattr(t.op, "tag", "") in ("keep", "conv_packed")
-            if gpu and isinstance(t.op, ComputeOp) and t.op.is_reduction:
-                kept = True
-            if kept and t.op.num_outputs == 1:
+            if isinstance(t.op, ComputeOp) and strategy.keeps_in_memory(t.op) and t.op.num_outputs == 1:
                 found.append(t.op.output(0))
     return found
-
-

@@ -1,10 +1,11 @@
 """Depthwise 2-D convolution (``group == in_channels``), as MobileNet and EfficientNet use it.
 
 :func:`depthwise_conv2d` builds the convolution so the schedules can make it fast: the padded
-input is its own stage (``tag == "keep"``: computed once into a workspace, so the convolution
-reads it without bounds tests), and the convolution stage (``tag == "conv_dw"``) reads one input
-channel per output channel. The CPU schedule (:mod:`ember.ops.cpu_fast`) vectorizes it along the
-output row with the kernel taps outermost; the GPU schedule runs one output per thread.
+input is its own stage (flagged ``workspace``: computed once into a buffer the memory plan
+provides, so the convolution reads it without bounds tests; ``constant_layout``: folded at compile
+time when the input is a constant), and the convolution stage (``tag == "conv_dw"``) reads one
+input channel per output channel. The CPU strategy (:mod:`ember.strategy.cpu_gemm`) vectorizes it
+along the output row with the kernel taps outermost; the GPU strategy runs one output per thread.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def depthwise_conv2d(
     xp = x
     if any(lo) or any(hi):
         xp = pad_tensor(x, [0, 0] + list(lo), [0, 0] + list(hi))
-        xp = compute(shape(xp), lambda *i: xp[i], name=uname("dw_pad"), tag="keep")
+        xp = compute(shape(xp), lambda *i: xp[i], name=uname("dw_pad"), constant_layout=True, workspace=True)
     rr = te.reduce_axis((0, KH), name="rr")
     rq = te.reduce_axis((0, KW), name="rq")
 

@@ -219,7 +219,7 @@ def deform_conv(
             total = total * cast(mask[(n, g * K + kflat) + tuple(oidx)], "float64")
         return total
 
-    cols = compute((N, C) + tuple(ks) + outs, sampled, name=uname("deform_cols"), tag="keep")
+    cols = compute((N, C) + tuple(ks) + outs, sampled, name=uname("deform_cols"), workspace=True)
     rc = te.reduce_axis((0, CG), name="rc")
     rk = [te.reduce_axis((0, ks[d]), name=f"rk{d}") for d in range(nd)]
 

@@ -48,7 +48,7 @@ def det(ctx: OpContext, x: Tensor) -> Tensor:
                 best_v = te.if_then_else(take, v, best_v)
             return best
 
-        piv = compute(batch, pivot, name=uname("det_pivot"), tag="keep")
+        piv = compute(batch, pivot, name=uname("det_pivot"), workspace=True)
 
         def swapped(b: tuple[Any, ...], i: Any, j: Any, a: Any = a, k: int = k, piv: Tensor = piv) -> Any:
             p = piv[b]
@@ -61,7 +61,7 @@ def det(ctx: OpContext, x: Tensor) -> Tensor:
             factor = te.if_then_else(d == zero, zero, sw(b, i, k) / te.if_then_else(d == zero, one, d))
             return te.if_then_else(i > k, sw(b, i, j) - factor * sw(b, k, j), sw(b, i, j))
 
-        st = compute(batch + (M, M), step, name=uname("det_step"), tag="keep")
+        st = compute(batch + (M, M), step, name=uname("det_step"), workspace=True)
         a = lambda b, i, j, st=st: st[b + (i, j)]  # noqa: E731
         sign = lambda b, sg=sign, piv=piv, k=k: sg(b) * te.if_then_else(piv[b] == k, one, -one)  # noqa: E731
 

@@ -1,7 +1,10 @@
 """Neural-network operators: matrix products, convolutions, pooling, normalizations, resize.
 
-Convolutions and matrix products carry a ``tag`` (``"conv"``, ``"matmul"``) and ``attrs`` the
-CPU scheduler reads to pick a fast schedule; their compute definitions here are the reference.
+Convolutions and matrix products carry a ``tag`` (``"conv"``, ``"matmul"``, ``"conv_packed"``,
+``"gemm_pack"``) and ``attrs`` the strategies (:mod:`ember.strategy`) read to pick a fast
+schedule; their compute definitions here are the reference. Float32 products run as a GEMM over a
+right operand packed into column panels whose width the target's strategy chooses
+(:meth:`~ember.strategy.Strategy.gemm_panel_width`, from :attr:`OpContext.strategy`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from .. import te
 from ..ir import expr as E
 from ..te import Tensor
 from .depthwise import depthwise_conv2d, is_depthwise
+from .layout import Layout, host_layout
 from .reduce import acc_dtype, reduce_tensor
 from .registry import OpContext, register
 from .transform import pad_tensor
@@ -26,8 +30,9 @@ def _s(v: Any) -> str:
 
 
 # -- matrix products ------------------------------------------------------------------------------
-def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul") -> Tensor:
-    """NumPy ``matmul`` semantics (batch broadcasting, 1-D operands promoted then squeezed)."""
+def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul", strategy: Layout | None = None) -> Tensor:
+    """NumPy ``matmul`` semantics (batch broadcasting, 1-D operands promoted then squeezed).
+    ``strategy`` (the host CPU's when None) chooses the packed layout of a float32 product."""
     sa, sb = shape(a), shape(b)
     a1, b1 = len(sa) == 1, len(sb) == 1
     ea = (1,) + sa if a1 else sa
@@ -39,7 +44,7 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul") -> Tensor:
     batch = broadcast_shapes(ea[:-2], eb[:-2])
     out = batch + ((M,) if not a1 else ()) + ((N,) if not b1 else ())
     if len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N >= 256:
-        return _matmul_packed(a, b, batch, M, K, N)
+        return _matmul_packed(a, b, batch, M, K, N, strategy or host_layout())
     k = te.reduce_axis((0, K), name="k")
     nb = len(batch)
     dt = dtype_of(a)
@@ -70,12 +75,12 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul") -> Tensor:
     return compute(out, lambda *i: cast(mm[i], dt), name=uname(name + "_round"))
 
 
-def _matmul_packed(a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int, N: int) -> Tensor:
+def _matmul_packed(
+    a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int, N: int, strategy: Layout
+) -> Tensor:
     """``a @ b`` for a 2-D right operand: ``b`` packed into ``nr``-wide panels ``[N / nr, K, nr]``
-    and the product computed by the register-tiled schedule of the packed convolution."""
-    from ..target import Target
-
-    nr = 2 * Target("llvm").vector_lanes(32)
+    (``nr`` from ``strategy``) and the product computed by the packed GEMM schedule."""
+    nr = strategy.gemm_panel_width("float32")
     npanel = -(-N // nr)
     rows = int(np.prod(batch)) if batch else 1
     bp = compute(
@@ -84,7 +89,10 @@ def _matmul_packed(a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int,
             no * nr + ni < N, b[kk, E.min_expr(no * nr + ni, N - 1)], const_like(0, "float32")
         ),
         name=uname("mm_pack"),
-        tag="keep",
+        tag="gemm_pack",
+        attrs={"panel_axis": 0},
+        constant_layout=True,
+        workspace=True,
     )
     k = te.reduce_axis((0, K), name="k")
 
@@ -101,6 +109,7 @@ def _matmul_packed(a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int,
         name=uname("mm_gemm"),
         tag="conv_packed",
         attrs={"nr": nr, "K": K},
+        workspace=True,
     )
 
     def view(*i: Any) -> Any:
@@ -115,7 +124,7 @@ def _matmul_packed(a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int,
 @register("MatMul", pattern="heavy")
 def matmul(ctx: OpContext, a: Tensor, b: Tensor) -> Tensor:
     """ONNX MatMul."""
-    return matmul_tensor(a, b)
+    return matmul_tensor(a, b, strategy=ctx.strategy)
 
 
 @register("Gemm", pattern="heavy")
@@ -132,7 +141,7 @@ def gemm(ctx: OpContext, a: Tensor, b: Tensor, c: Tensor | None = None) -> Tenso
     if dt == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N >= 256:
         a2 = compute((M, K), lambda i, kk: a[kk, i], name=uname("gemm_at")) if ta else a
         b2 = compute((K, N), lambda kk, j: b[j, kk], name=uname("gemm_bt")) if tb else b
-        mm = matmul_tensor(a2, b2, name="gemm")
+        mm = matmul_tensor(a2, b2, name="gemm", strategy=ctx.strategy)
     else:
         k = te.reduce_axis((0, K), name="k")
 
@@ -188,8 +197,10 @@ def conv_tensor(
     lo: list[int],
     hi: list[int],
     groups: int,
+    strategy: Layout | None = None,
 ) -> Tensor:
-    """N-D grouped convolution, NCHW... layout, weights (M, C/groups, k...)."""
+    """N-D grouped convolution, NCHW... layout, weights (M, C/groups, k...). ``strategy`` (the
+    host CPU's when None) chooses the packed layout of a float32 2-D convolution."""
     sx, sw = shape(x), shape(w)
     nsp = len(sx) - 2
     N, C = sx[0], sx[1]
@@ -199,7 +210,7 @@ def conv_tensor(
         raise ValueError(f"conv: input has {C} channels but weights expect {Cg} x {groups} groups")
     out_sp = tuple((sx[2 + d] + lo[d] + hi[d] - ((ksp[d] - 1) * dil[d] + 1)) // strides[d] + 1 for d in range(nsp))
     if nsp == 2 and groups == 1 and dtype_of(x) == "float32" and dtype_of(w) == "float32":
-        return _conv2d_packed(x, w, bias, strides, dil, lo, out_sp)
+        return _conv2d_packed(x, w, bias, strides, dil, lo, out_sp, strategy or host_layout())
     if is_depthwise(x, w, groups):
         return depthwise_conv2d(x, w, bias, strides, dil, lo, hi)
     xp = pad_tensor(x, [0, 0] + lo, [0, 0] + hi) if any(lo) or any(hi) else x
@@ -235,18 +246,18 @@ def _conv2d_packed(
     dil: list[int],
     lo: list[int],
     out_sp: tuple[int, ...],
+    strategy: Layout,
 ) -> Tensor:
     """2-D convolution as a GEMM over an im2col matrix packed into ``nr``-wide column panels
-    (``[batch, N / nr, C, kh, kw, nr]``, padding written as zeros), so the CPU schedule
-    (:mod:`ember.ops.cpu_fast`) can run the register-tiled kernel of :func:`ember.demo.gemm_schedule`
-    on it. The result is computed as ``[batch, M, OH*OW]`` and viewed as NCHW."""
-    from ..target import Target
-
+    (``[batch, N / nr, C, kh, kw, nr]``, padding written as zeros; ``nr`` from ``strategy``), so
+    the strategy's packed GEMM schedule (:mod:`ember.strategy.cpu_gemm`: the register-tiled
+    kernel of :func:`ember.demo.gemm_schedule`) runs on it. The result is computed as
+    ``[batch, M, OH*OW]`` and viewed as NCHW."""
     B, C, H, W = shape(x)
     M, _, KH, KW = shape(w)
     OH, OW = out_sp
     N = OH * OW
-    nr = 2 * Target("llvm").vector_lanes(32)
+    nr = strategy.gemm_panel_width("float32")
     npanel = -(-N // nr)
     dt = dtype_of(x)
 
@@ -258,7 +269,15 @@ def _conv2d_packed(
         ok = (n < N) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
         return te.if_then_else(ok, x[b, c, ih, iw], const_like(0, dt))
 
-    bp = compute((B, npanel, C, KH, KW, nr), pack, name=uname("conv_pack"), tag="keep")
+    bp = compute(
+        (B, npanel, C, KH, KW, nr),
+        pack,
+        name=uname("conv_pack"),
+        tag="gemm_pack",
+        attrs={"panel_axis": 1},
+        constant_layout=True,
+        workspace=True,
+    )
     rc = te.reduce_axis((0, C), name="rc")
     rr = te.reduce_axis((0, KH), name="rr")
     rs = te.reduce_axis((0, KW), name="rs")
@@ -271,6 +290,7 @@ def _conv2d_packed(
         name=uname("conv_gemm"),
         tag="conv_packed",
         attrs={"nr": nr, "K": C * KH * KW},
+        workspace=True,
     )
 
     def view(b: Any, m: Any, oh: Any, ow: Any) -> Any:
@@ -288,7 +308,7 @@ def conv(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tenso
     strides = ints(ctx.attr("strides")) or [1] * nsp
     dil = ints(ctx.attr("dilations")) or [1] * nsp
     lo, hi = conv_pads(ctx, sx[2:], sw[2:], strides, dil)
-    return conv_tensor(x, w, b, strides, dil, lo, hi, int(ctx.attr("group", 1)))
+    return conv_tensor(x, w, b, strides, dil, lo, hi, int(ctx.attr("group", 1)), ctx.strategy)
 
 
 @register("ConvTranspose", pattern="heavy")

@@ -375,7 +375,7 @@ def _conv_int(
     dil = ints(ctx.attr("dilations")) or [1] * nsp
     lo, hi = conv_pads(ctx, sx[2:], sw[2:], strides, dil)
     b32 = None if bias is None else compute(shape(bias), lambda m: cast(bias[m], "int32"), name=uname("convi_b"))
-    return conv_tensor(xi, wi, b32, strides, dil, lo, hi, int(ctx.attr("group", 1)))
+    return conv_tensor(xi, wi, b32, strides, dil, lo, hi, int(ctx.attr("group", 1)), ctx.strategy)
 
 
 @register("ConvInteger", pattern="reduce")

@@ -149,7 +149,7 @@ def linear_attention(
             (B, Hkv, dk, dv),
             lambda b, h, d, m, t=t, sp=sprev, u=upd: sp(b, h, d, m) + ld(k, b, t, h * dk + d) * u(b, h, m),
             name=uname("la_state"),
-            tag="keep",
+            workspace=True,
         )
         r2 = te.reduce_axis((0, dk), name="d")
         outs.append(

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import EmberError, OpError
 from ..te import Tensor
+from .layout import Layout, host_layout
 
 PATTERNS = ("injective", "reduce", "heavy", "opaque")
 
@@ -36,7 +37,10 @@ class NeedValue(EmberError):
 
 @dataclass
 class OpContext:
-    """What an operator builder sees besides its input tensors."""
+    """What an operator builder sees besides its input tensors. ``strategy`` is the strategy of
+    the target the operator is built for (an :class:`ember.strategy.Strategy`, seen through the
+    :class:`~ember.ops.layout.Layout` protocol): compute definitions read layout parameters from
+    it (the GEMM panel width), never from the host; without a target it is the host CPU's."""
 
     op: str
     attrs: dict[str, Any]
@@ -45,6 +49,7 @@ class OpContext:
     opset: int = 21
     node: str = ""
     dtypes: list[str] = field(default_factory=list)
+    strategy: Layout = field(default_factory=host_layout)
 
     def attr(self, name: str, default: Any = None) -> Any:
         """The attribute ``name``, or ``default`` when the node does not set it."""

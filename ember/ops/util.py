@@ -85,11 +85,28 @@ def cast(x: Any, dt: str) -> E.PrimExpr:
 
 
 def compute(
-    shp: Sequence[int], f: Callable[..., Any], name: str, tag: str = "", attrs: dict[str, Any] | None = None
+    shp: Sequence[int],
+    f: Callable[..., Any],
+    name: str,
+    tag: str = "",
+    attrs: dict[str, Any] | None = None,
+    *,
+    materialize: bool = False,
+    constant_layout: bool = False,
+    workspace: bool = False,
 ) -> Any:
     """``te.compute`` whose function takes the indices as positional arguments, whatever its
-    signature looks like (defaults, ``*rest``)."""
-    return te.compute(tuple(shp), lambda *i: f(*i), name=name, tag=tag, attrs=attrs)
+    signature looks like (defaults, ``*rest``); the flags are :func:`ember.te.compute`'s."""
+    return te.compute(
+        tuple(shp),
+        lambda *i: f(*i),
+        name=name,
+        tag=tag,
+        attrs=attrs,
+        materialize=materialize,
+        constant_layout=constant_layout,
+        workspace=workspace,
+    )
 
 
 def elementwise(name: str, inputs: Sequence[Tensor], f: Callable[..., Any], out_dtype: str | None = None) -> Tensor:

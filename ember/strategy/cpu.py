@@ -1,10 +1,12 @@
-"""Schedules for the operator library on the CPU.
+"""The CPU strategy: schedules for the operator library on ``llvm`` targets.
 
-:func:`schedule_group` schedules one fused kernel: injective intermediate stages are inlined
-into their readers, the remaining stages (reductions, the outputs) are computed at the root with
-their outer loops fused and run in parallel and their innermost loop vectorized where it is
-contiguous; convolutions and matrix products get a packed, register-tiled schedule
-(:mod:`ember.ops.cpu_fast`).
+:meth:`CPUStrategy.schedule_group` schedules one fused kernel: injective intermediate stages are
+inlined into their readers (stages flagged ``materialize`` are not), the remaining stages
+(reductions, the outputs) are computed at the root with their outer loops fused and run in
+parallel and their innermost loop vectorized where it is contiguous; convolutions and matrix
+products get a packed, register-tiled schedule whose knobs the tuner can set
+(:mod:`ember.strategy.cpu_gemm`). Layout parameters (the GEMM panel width) and schedules read the
+vector width of the strategy's target, not the host's.
 """
 
 from __future__ import annotations
@@ -14,15 +16,59 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import te
-from ..ir import expr as E
+from ..ops.layout import CPULayout
+from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
+from .base import Strategy, extent
+from .cpu_gemm import packed_gemm_space, schedule_fast
+from .space import ConfigEntity, ConfigSpace, InvalidConfig
 
 PARALLEL_MIN_WORK = 1 << 14
 
 
-def _extent(iv: te.IterVar) -> int:
-    v = E.const_int_value(iv.dom.extent)  # type: ignore[union-attr]
-    return int(v) if v is not None else 1
+class CPUStrategy(Strategy):
+    """Schedules for an ``llvm`` target (see the module docstring)."""
+
+    def __init__(self, target: Target | str = "llvm"):
+        super().__init__(target)
+        if self.target.is_gpu:
+            raise ValueError(f"CPUStrategy needs a CPU target, not {self.target}")
+
+    @property
+    def vector_registers(self) -> int:
+        """Vector registers of the target's ISA: 32 with AVX-512 or on AArch64, else 16."""
+        feats = self.target.features
+        return 32 if "avx512f" in feats or "neon" in feats else 16
+
+    def gemm_panel_width(self, dtype: str = "float32") -> int:
+        """Two vector registers of ``dtype`` elements of this target (32 float32 with AVX-512, 16
+        with AVX2), whatever the host is."""
+        return CPULayout(self.target).gemm_panel_width(dtype)
+
+    def schedule_group(
+        self,
+        outs: Sequence[Tensor],
+        keep: set[str] | frozenset[str] = frozenset(),
+        config: ConfigEntity | None = None,
+        parallel: bool = True,
+    ) -> te.Schedule:
+        """The CPU schedule of the kernel computing ``outs`` (see :func:`schedule_group`)."""
+        return schedule_group(outs, keep, parallel, strategy=self, config=config)
+
+    def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
+        """The knob space of the first packed GEMM stage of the kernel computing ``outs``."""
+        op = _first_tagged(outs, "conv_packed")
+        return packed_gemm_space(op, self) if op is not None else None
+
+
+def _first_tagged(outs: Sequence[Tensor], tag: str) -> ComputeOp | None:
+    """The first compute operation (producers first) with ``tag`` that ``outs`` depend on."""
+    from ..te.rewrite import post_order
+
+    for op in post_order([o.op for o in outs]):
+        if isinstance(op, ComputeOp) and op.tag == tag:
+            return op
+    return None
 
 
 def schedule_root(stage: te.Stage, parallel: bool = True) -> None:
@@ -32,22 +78,43 @@ def schedule_root(stage: te.Stage, parallel: bool = True) -> None:
     axes = list(op.axis)
     if not axes:
         return
-    total = int(np.prod([_extent(a) for a in axes]))
-    work = total * max(1, int(np.prod([_extent(r) for r in op.reduce_axis])) if op.reduce_axis else 1)
+    total = int(np.prod([extent(a, literal=True) for a in axes]))
+    work = total * max(1, int(np.prod([extent(r, literal=True) for r in op.reduce_axis])) if op.reduce_axis else 1)
     if not parallel or work < PARALLEL_MIN_WORK or total < 2:
         return
     # Parallel over the shortest prefix of axes that gives enough chunks; the remaining inner
     # loops stay nested (contiguous, for LLVM's vectorizer).
     prefix, chunks = 0, 1
     while prefix < len(axes) and chunks < 64:
-        chunks *= _extent(axes[prefix])
+        chunks *= extent(axes[prefix], literal=True)
         prefix += 1
     fused = stage.fuse(*axes[:prefix]) if prefix > 1 else axes[0]
     stage.parallel(fused)
 
 
-def schedule_group(outs: Sequence[Tensor], keep: set[str], parallel: bool = True) -> te.Schedule:
-    """The default CPU schedule of a fused kernel computing ``outs``."""
+def schedule_group(
+    outs: Sequence[Tensor],
+    keep: set[str] | frozenset[str] = frozenset(),
+    parallel: bool = True,
+    strategy: CPUStrategy | None = None,
+    config: ConfigEntity | None = None,
+) -> te.Schedule:
+    """The default CPU schedule of a fused kernel computing ``outs`` for ``strategy``'s target
+    (the host's when None). Stages named in ``keep`` or flagged ``materialize`` are not inlined.
+    Without ``parallel`` every loop stays serial and the packed schedules are not used (constant
+    folding at compile time). ``config`` sets the knobs of the first packed GEMM (a point of
+    :meth:`CPUStrategy.space`; validated before anything is scheduled)."""
+    if strategy is None:
+        from .base import host_strategy
+
+        host = host_strategy()
+        assert isinstance(host, CPUStrategy)
+        strategy = host
+    tuned = _first_tagged(outs, "conv_packed") if config is not None else None
+    if config is not None:
+        if tuned is None:
+            raise InvalidConfig("this kernel has no tunable stage, so it takes no configuration")
+        config = packed_gemm_space(tuned, strategy).validate(config)
     ops = list(dict.fromkeys(o.op for o in outs))
     s = te.create_schedule(ops)
     for stage in list(s.stages):
@@ -57,16 +124,14 @@ def schedule_group(outs: Sequence[Tensor], keep: set[str], parallel: bool = True
         assert isinstance(op, ComputeOp)
         if stage.is_output:
             continue
-        if not op.is_reduction and op.tag not in ("keep",) and op.name not in keep:
+        if not op.is_reduction and not op.materialize and op.name not in keep:
             stage.compute_inline()
-    from .cpu_fast import schedule_fast
-
     handled: set[int] = set()
     for stage in list(s.stages):
         op = stage.op
         if isinstance(op, PlaceholderOp) or stage.attach == "inline" or id(op) in handled:
             continue
-        if parallel and schedule_fast(s, stage, handled):
+        if parallel and schedule_fast(s, stage, strategy, handled, config if op is tuned else None):
             continue
         if stage.attach == "root":
             if isinstance(op, ComputeOp) and op.is_reduction and op.axis:

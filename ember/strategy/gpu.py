@@ -1,16 +1,28 @@
-"""Schedules for the operator library on GPUs (``cuda`` and ``rocm``).
+"""The GPU strategy: schedules for the operator library on ``cuda`` and ``rocm``.
 
-:func:`schedule_group_gpu` schedules one fused kernel of a model:
+:meth:`GPUStrategy.schedule_group` schedules one fused kernel of a model:
 
-* injective intermediate stages are inlined into their readers (as on the CPU);
+* injective intermediate stages are inlined into their readers (as on the CPU; stages flagged
+  ``materialize`` are not);
 * every other stage is computed at the root, one output element per thread: its data-parallel
   axes are fused and split into ``blockIdx.x`` x ``threadIdx.x``; a reduction accumulates in a
   register (a ``local`` cache) and stores each result once;
 * the packed GEMM stages (``tag == "conv_packed"``: convolutions and matrix products, built by
-  :mod:`ember.ops.nn`) get a shared-memory tiled schedule: a ``64 x 64`` block tile, a ``4 x 4``
-  register tile per thread (16 x 16 threads), the first reduction axis blocked (about 32 multiply-adds
-  per chunk) so that both
-  operands' tiles are staged through shared memory.
+  :mod:`ember.ops.nn`) get a shared-memory tiled schedule (:func:`packed_gemm_space`,
+  :func:`schedule_packed_gemm`): a ``BM x BN`` block tile of ``(BM / TM) x (BN / TN)`` threads, a
+  ``TM x TN`` register tile per thread, the first reduction axis blocked in chunks of ``bk`` so
+  that both operands' tiles are staged through shared memory. Its knobs are ``tile_m`` and
+  ``tile_n`` (splits of the output rows and columns into blocks x threads x per-thread values),
+  ``bk`` and ``unroll``; legal points keep the block within 256 threads, the staged tiles within
+  the target's shared memory, the register tile within 64 accumulators, and a block's columns on
+  whole panels of the packed operand. The default point is the heuristic: the largest of
+  :data:`GEMM_TILES` that still gives :data:`MIN_BLOCKS` blocks (16 x 16 threads), chunks of about
+  :data:`BK_TAPS` multiply-adds.
+
+The model compiler also asks the strategy to compute a 0-d output as a one-element vector
+(:meth:`GPUStrategy.lift_outputs`), to give every intermediate scalar reduction an axis
+(:func:`lift_scalar_reductions`) and to keep every intermediate reduction in a workspace (it runs
+as a kernel of its own).
 
 Guarantees: every root stage is bound to GPU threads (the GPU lowering rejects stages that are
 not), block sizes stay within every target's limit (256 threads), and sizes that do not divide
@@ -24,27 +36,87 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import te
-from ..arith import simplify
 from ..ir import expr as E
+from ..ir.dtype import dtype as as_dtype
+from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
 from ..te.rewrite import rewrite
 from ..te.tensor import IterKind, IterVar, Range
+from .base import Strategy, extent
+from .space import ConfigEntity, ConfigSpace, InvalidConfig
 
 THREADS = 256
 # Packed GEMM tilings, largest first: (block tile BM x BN, thread tile TM x TN), always 16 x 16
-# threads. The largest that still gives MIN_BLOCKS blocks is used (else the one with the most):
-# a late ResNet layer (512 x 49 outputs) makes 8 blocks of 64 x 64 but 128 of 16 x 16, and a
-# GPU has about that many multiprocessors (132 on the H100, 108 on the A100).
+# threads. The largest that still gives MIN_BLOCKS blocks is the default (else the one with the
+# most): a late ResNet layer (512 x 49 outputs) makes 8 blocks of 64 x 64 but 128 of 16 x 16, and
+# a GPU has about that many multiprocessors (132 on the H100, 108 on the A100).
 # A block's columns must cover whole panels of the packed operand (BN a multiple of its panel
 # width nr), so that the panels a block stages have a constant count.
 GEMM_TILES = ((64, 64, 4, 4), (32, 32, 2, 2), (16, 32, 1, 2), (16, 16, 1, 1))
 MIN_BLOCKS = 128
 BK_TAPS = 32
+# What the knob space offers: threads along one block dimension, values per thread along it,
+# reduction chunks; and the limits of a legal point.
+THREAD_COUNTS = (1, 2, 4, 8, 16, 32)
+PER_THREAD = (1, 2, 4, 8)
+BK_VALUES = (1, 2, 4, 8, 16, 32, 64)
+MAX_ACCUMULATORS = 64
+MAX_GRID_YZ = 65535
+# A panel row of the packed operand is one 128-byte memory transaction.
+PANEL_BYTES = 128
 
 
-def _extent(iv: te.IterVar) -> int:
-    v = E.const_int_value(simplify(iv.dom.extent))  # type: ignore[union-attr]
-    return int(v) if v is not None else 1
+class GPUStrategy(Strategy):
+    """Schedules for a ``cuda`` or ``rocm`` target (see the module docstring)."""
+
+    def __init__(self, target: Target | str = "cuda"):
+        super().__init__(target)
+        if not self.target.is_gpu:
+            raise ValueError(f"GPUStrategy needs a GPU target, not {self.target}")
+
+    def gemm_panel_width(self, dtype: str = "float32") -> int:
+        """Elements of ``dtype`` in 128 bytes (32 float32): a panel row is one memory
+        transaction, and every block tile of the space but the narrowest covers whole panels.
+        Independent of the host CPU."""
+        return max(1, PANEL_BYTES * 8 // max(1, as_dtype(dtype).bits))
+
+    def schedule_group(
+        self, outs: Sequence[Tensor], keep: set[str] | frozenset[str] = frozenset(), config: ConfigEntity | None = None
+    ) -> te.Schedule:
+        """The GPU schedule of the kernel computing ``outs`` (see :func:`schedule_group_gpu`)."""
+        return schedule_group_gpu(outs, keep, strategy=self, config=config)
+
+    def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
+        """The knob space of the first packed GEMM stage of the kernel computing ``outs``."""
+        op = _first_tagged(outs, "conv_packed")
+        return packed_gemm_space(op, self.target) if op is not None else None
+
+    def lift_outputs(self, outs: Sequence[Tensor]) -> list[Tensor]:
+        """Each 0-d output computed as a one-element vector (GPU stages need an axis to bind)."""
+        from ..ops.util import uname
+
+        def vector(t: Tensor) -> Tensor:
+            return te.compute((1,), lambda i: t[()], name=uname("scalar"))
+
+        return [vector(t) if not t.shape else t for t in outs]
+
+    def lift(self, outs: Sequence[Tensor]) -> list[Tensor]:
+        """:func:`lift_scalar_reductions`."""
+        return lift_scalar_reductions(outs)
+
+    def keeps_in_memory(self, op: ComputeOp) -> bool:
+        """Workspace stages and every intermediate reduction (which runs as a kernel of its own)."""
+        return op.workspace or op.is_reduction
+
+
+def _first_tagged(outs: Sequence[Tensor], tag: str) -> ComputeOp | None:
+    """The first compute operation (producers first) with ``tag`` that ``outs`` depend on."""
+    from ..te.rewrite import post_order
+
+    for op in post_order([o.op for o in outs]):
+        if isinstance(op, ComputeOp) and op.tag == tag:
+            return op
+    return None
 
 
 def _threads_for(total: int) -> int:
@@ -57,7 +129,7 @@ def bind_flat(stage: te.Stage, axes: Sequence[te.IterVar]) -> te.IterVar:
     """Fuse ``axes`` and split them over ``blockIdx.x`` x ``threadIdx.x``; returns the thread axis.
     A stage with no axes (a scalar) gets an extent-1 axis to bind."""
     axes = list(axes)
-    total = int(np.prod([_extent(a) for a in axes])) if axes else 1
+    total = int(np.prod([extent(a) for a in axes])) if axes else 1
     if not axes:
         raise ValueError("bind_flat needs at least one axis")
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
@@ -80,10 +152,66 @@ def _schedule_root(s: te.Schedule, stage: te.Stage) -> None:
     bind_flat(stage, op.axis)
 
 
-def _schedule_packed_gemm(s: te.Schedule, stage: te.Stage) -> None:
+def _gemm_dims(op: ComputeOp) -> tuple[int, int, int, int, int, int]:
+    """(batch, M, N, nr, c0, taps) of a packed GEMM: output extents, the panel width, the extent
+    of the first reduction axis and the product of the others."""
+    nb, nm, nn = (extent(a) for a in op.axis)
+    nr = int(op.attrs.get("nr", 1)) if op.attrs else 1
+    red = list(op.reduce_axis)
+    taps = int(np.prod([extent(r) for r in red[1:]])) if len(red) > 1 else 1
+    return nb, nm, nn, nr, extent(red[0]), taps
+
+
+def packed_gemm_space(op: ComputeOp, target: Target) -> ConfigSpace:
+    """The knob space of packed GEMM ``op`` on GPU ``target`` (see the module docstring); its
+    default point is the heuristic tiling of :data:`GEMM_TILES`."""
+    nb, nm, nn, nr, c0, taps = _gemm_dims(op)
+    tiles = [t for t in GEMM_TILES if t[1] % nr == 0] or [GEMM_TILES[0]]
+    BM, BN, TM, TN = tiles[-1]
+    for tile in tiles:
+        if nb * -(-nm // tile[0]) * -(-nn // tile[1]) >= MIN_BLOCKS:
+            BM, BN, TM, TN = tile
+            break
+    splits = [(-1, t, v) for t in THREAD_COUNTS for v in PER_THREAD]
+    space = ConfigSpace()
+    space.define_split("tile_m", nm, num_outputs=3, policy="candidate", candidate=splits, default=(-1, BM // TM, TM))
+    space.define_split("tile_n", nn, num_outputs=3, policy="candidate", candidate=splits, default=(-1, BN // TN, TN))
+    # Chunks of about BK_TAPS reduction steps; a divisor of the first reduction axis when one is
+    # close, so that no chunk is partial.
+    want = max(1, BK_TAPS // taps)
+    divisors = [d for d in range(1, min(want, c0) + 1) if c0 % d == 0]
+    bk = divisors[-1] if divisors and 2 * divisors[-1] >= want else min(want, c0)
+    space.define_knob("bk", sorted({v for v in BK_VALUES if v <= c0} | {bk}), default=bk)
+    space.define_knob("unroll", (True, False), default=True)
+    elem = max(1, op.output(0).dtype.bits // 8)
+    smem = target.max_shared_memory_per_block
+
+    def legal(cfg: ConfigEntity) -> str | None:
+        mo, ty, tm = cfg["tile_m"].size
+        no, tx, tn = cfg["tile_n"].size
+        bm, bn, kb = ty * tm, tx * tn, cfg["bk"].val
+        if ty * tx > THREADS:
+            return f"{ty} x {tx} threads per block exceed {THREADS}"
+        if tm * tn > MAX_ACCUMULATORS:
+            return f"a {tm} x {tn} register tile exceeds {MAX_ACCUMULATORS} accumulators"
+        if bn % nr:
+            return f"a block's {bn} columns do not cover whole panels of {nr}"
+        need = (bm + bn) * kb * taps * elem
+        if need > smem:
+            return f"the staged tiles need {need} bytes of shared memory, {target} has {smem}"
+        if mo > MAX_GRID_YZ or nb > MAX_GRID_YZ:
+            return f"a grid of {nb} x {mo} blocks exceeds {MAX_GRID_YZ} along y or z"
+        return None
+
+    space.add_check(legal)
+    return space
+
+
+def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> None:
     """``C[b, m, n] = sum W[m, r...] * P[b, n // nr, r..., n % nr]`` (see ``ops.nn``) as a tiled
-    GEMM: operands staged through shared memory one reduction chunk at a time, a register tile
-    of ``TM x TN`` outputs per thread."""
+    GEMM at point ``cfg`` of :func:`packed_gemm_space` (assumed legal: validate it first):
+    operands staged through shared memory one reduction chunk at a time, a register tile of
+    ``TM x TN`` outputs per thread."""
     op = stage.op
     t = op.output(0)
     readers = [t]
@@ -92,14 +220,10 @@ def _schedule_packed_gemm(s: te.Schedule, stage: te.Stage) -> None:
     cl = s.cache_write(t, "local")
     st = s[t]
     b, m, n = st.op.axis
-    nb, nm, nn = (_extent(a) for a in (b, m, n))
-    nr = int(op.attrs.get("nr", 1)) if op.attrs else 1
-    tiles = [t for t in GEMM_TILES if t[1] % nr == 0] or [GEMM_TILES[0]]
-    BM, BN, TM, TN = tiles[-1]
-    for tile in tiles:
-        if nb * -(-nm // tile[0]) * -(-nn // tile[1]) >= MIN_BLOCKS:
-            BM, BN, TM, TN = tile
-            break
+    _, ty_n, TM = cfg["tile_m"].size
+    _, tx_n, TN = cfg["tile_n"].size
+    BM, BN = ty_n * TM, tx_n * TN
+    unroll = bool(cfg["unroll"].val)
     mo, no, mi, ni = st.tile(m, n, BM, BN)
     ty, ti = st.split(mi, nparts=BM // TM)
     tx, tj = st.split(ni, nparts=BN // TN)
@@ -110,22 +234,17 @@ def _schedule_packed_gemm(s: te.Schedule, stage: te.Stage) -> None:
     st.bind(no, te.thread_axis("blockIdx.x"))
     st.bind(ty, te.thread_axis("threadIdx.y"))
     st.bind(tx, te.thread_axis("threadIdx.x"))
-    st.unroll(ti)
-    st.unroll(tj)
+    if unroll:
+        st.unroll(ti)
+        st.unroll(tj)
     s[cl].compute_at(st, tx)
     cb, cm, cn = s[cl].op.axis
     red = list(s[cl].op.reduce_axis)
-    taps = int(np.prod([_extent(r) for r in red[1:]])) if len(red) > 1 else 1
-    # Chunks of about BK_TAPS reduction steps; a divisor of the first reduction axis when one is
-    # close, so that no chunk is partial.
-    want = max(1, BK_TAPS // taps)
-    c0 = _extent(red[0])
-    divisors = [d for d in range(1, min(want, c0) + 1) if c0 % d == 0]
-    bk = divisors[-1] if divisors and 2 * divisors[-1] >= want else min(want, c0)
-    ko, ki = s[cl].split(red[0], factor=bk)
+    ko, ki = s[cl].split(red[0], factor=int(cfg["bk"].val))
     s[cl].reorder(ko, ki, *red[1:], cm, cn)
-    s[cl].unroll(cm)
-    s[cl].unroll(cn)
+    if unroll:
+        s[cl].unroll(cm)
+        s[cl].unroll(cn)
     nthreads = (BM // TM) * (BN // TN)
     for sh in shared:
         s[sh].compute_at(s[cl], ko)
@@ -151,8 +270,23 @@ def lift_scalar_reductions(outs: Sequence[Tensor]) -> list[Tensor]:
     return rewrite(outs, lift)
 
 
-def schedule_group_gpu(outs: Sequence[Tensor], keep: set[str]) -> te.Schedule:
-    """The default GPU schedule of a fused kernel computing ``outs`` (see the module docstring)."""
+def schedule_group_gpu(
+    outs: Sequence[Tensor],
+    keep: set[str] | frozenset[str] = frozenset(),
+    strategy: GPUStrategy | None = None,
+    config: ConfigEntity | None = None,
+) -> te.Schedule:
+    """The default GPU schedule of a fused kernel computing ``outs`` (see the module docstring)
+    for ``strategy``'s target (``cuda`` when None). Stages named in ``keep`` or flagged
+    ``materialize`` are not inlined. ``config`` sets the knobs of the first packed GEMM (a point of
+    :meth:`GPUStrategy.space`; validated before anything is scheduled)."""
+    target = strategy.target if strategy is not None else Target("cuda")
+    tuned = _first_tagged(outs, "conv_packed")
+    cfg_tuned = None
+    if config is not None:
+        if tuned is None:
+            raise InvalidConfig("this kernel has no tunable stage, so it takes no configuration")
+        cfg_tuned = packed_gemm_space(tuned, target).validate(config)
     ops = list(dict.fromkeys(o.op for o in outs))
     s = te.create_schedule(ops)
     for stage in list(s.stages):
@@ -160,14 +294,16 @@ def schedule_group_gpu(outs: Sequence[Tensor], keep: set[str]) -> te.Schedule:
         if isinstance(op, PlaceholderOp) or stage.is_output:
             continue
         assert isinstance(op, ComputeOp)
-        if not op.is_reduction and op.tag != "keep" and op.name not in keep:
+        if not op.is_reduction and not op.materialize and op.name not in keep:
             stage.compute_inline()
     for stage in list(s.stages):
         op = stage.op
         if isinstance(op, PlaceholderOp) or stage.attach != "root":
             continue
         if getattr(op, "tag", "") == "conv_packed":
-            _schedule_packed_gemm(s, stage)
+            assert isinstance(op, ComputeOp)
+            cfg = cfg_tuned if op is tuned and cfg_tuned is not None else packed_gemm_space(op, target).default
+            schedule_packed_gemm(s, stage, cfg)
         else:
             _schedule_root(s, stage)
     return s

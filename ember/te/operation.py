@@ -12,7 +12,7 @@ from ..errors import EmberError
 from ..ir import expr as E
 from ..ir.dtype import DataType, dtype
 from ..ir.visitor import substitute
-from .tensor import ComputeOp, IterKind, IterVar, PlaceholderOp, Range, Tensor
+from .tensor import CONSTANT_LAYOUT, MATERIALIZE, WORKSPACE, ComputeOp, IterKind, IterVar, PlaceholderOp, Range, Tensor
 
 ShapeLike = Sequence[Any]
 
@@ -88,12 +88,22 @@ def compute(
     name: str = "compute",
     tag: str = "",
     attrs: dict[str, Any] | None = None,
+    *,
+    materialize: bool = False,
+    constant_layout: bool = False,
+    workspace: bool = False,
 ) -> Any:
     """A tensor whose element at ``indices`` is ``fcompute(*indices)``.
 
     ``fcompute`` may return one expression, or a tuple of expressions for several outputs (all
     of the same shape; a multi-value reduction returns its values as a tuple). Returns a
-    :class:`Tensor`, or a list of tensors when there are several outputs."""
+    :class:`Tensor`, or a list of tensors when there are several outputs.
+
+    ``tag`` names what the operation is for schedules; ``attrs`` are its parameters. The flags
+    say how the compiler treats the stage (see :class:`~ember.te.tensor.ComputeOp`):
+    ``materialize`` (never inlined into its readers), ``constant_layout`` (a layout transform
+    the model compiler folds at compile time when its inputs are constants) and ``workspace``
+    (its buffer is provided by the model's memory plan); the last two imply the first."""
     dims = _shape(shape, f"compute {name}")
     try:
         params = list(inspect.signature(fcompute).parameters.values())
@@ -131,7 +141,11 @@ def compute(
                 raise EmberError(
                     f"compute {name}: a reduction may only be the whole body; put `... + te.sum(...)` into two computes"
                 )
-    op = ComputeOp(name, tag, axis, body, attrs)
+    all_attrs = dict(attrs or {})
+    for key, on in ((MATERIALIZE, materialize), (CONSTANT_LAYOUT, constant_layout), (WORKSPACE, workspace)):
+        if on:
+            all_attrs[key] = True
+    op = ComputeOp(name, tag, axis, body, all_attrs)
     outs = list(op.outputs)
     return outs[0] if len(outs) == 1 else outs
 

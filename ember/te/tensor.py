@@ -147,8 +147,21 @@ class PlaceholderOp(Operation):
         return f"placeholder({self.name})"
 
 
+# Keys of ``ComputeOp.attrs`` that say how the compiler treats a stage (set through
+# ``te.compute(..., materialize=True, constant_layout=True, workspace=True)``). They live in
+# ``attrs`` so that every rebuild of an operation (``with_body``, ``cache_write``, program
+# rewrites) keeps them.
+MATERIALIZE = "materialize"
+CONSTANT_LAYOUT = "constant_layout"
+WORKSPACE = "workspace"
+
+
 class ComputeOp(Operation):
-    """``out[axis] = body`` for every point of the axes (``body`` may be reductions)."""
+    """``out[axis] = body`` for every point of the axes (``body`` may be reductions).
+
+    ``tag`` says what the operation is (``"conv_packed"``, ``"gemm_pack"``...), for schedules
+    that specialise on it; ``attrs`` holds its parameters and the flags :attr:`materialize`,
+    :attr:`constant_layout` and :attr:`workspace`."""
 
     def __init__(
         self,
@@ -182,6 +195,24 @@ class ComputeOp(Operation):
     def is_reduction(self) -> bool:
         """True when the body is a reduction."""
         return bool(self.body) and isinstance(self.body[0], E.Reduce)
+
+    @property
+    def materialize(self) -> bool:
+        """True when the stage must never be inlined into its readers (it is computed into a
+        buffer of its own). Implied by :attr:`constant_layout` and :attr:`workspace`."""
+        return bool(self.attrs.get(MATERIALIZE)) or self.constant_layout or self.workspace
+
+    @property
+    def constant_layout(self) -> bool:
+        """True when the stage is a layout transform (packing, padding) that the model compiler
+        computes once, at compile time, when everything it reads is constant."""
+        return bool(self.attrs.get(CONSTANT_LAYOUT))
+
+    @property
+    def workspace(self) -> bool:
+        """True when the stage's buffer is a workspace that the model's memory plan provides (an
+        intermediate the kernel keeps in memory), instead of an allocation in the kernel."""
+        return bool(self.attrs.get(WORKSPACE))
 
     @property
     def input_tensors(self) -> list[Tensor]:

@@ -13,8 +13,8 @@ import pytest
 
 import ember
 from ember import te
-from ember.ops.schedule import schedule_group
-from ember.ops.schedule_gpu import lift_scalar_reductions
+from ember.strategy.cpu import schedule_group
+from ember.strategy.gpu import lift_scalar_reductions
 from ember.ops.util import shape as te_shape
 
 onnx = pytest.importorskip("onnx", reason="the GPU model build tests build models with onnx")

@@ -10,7 +10,7 @@ import numpy as np
 import ember
 from ember import te
 from ember.ops.registry import OpContext, call
-from ember.ops.schedule import schedule_group
+from ember.strategy.cpu import schedule_group
 
 
 def poison(shape: list[int], dt: np.dtype) -> np.ndarray:

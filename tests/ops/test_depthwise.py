@@ -1,4 +1,4 @@
-"""Depthwise convolutions (ember/ops/depthwise.py, vectorized CPU schedule in ops/cpu_fast.py)
+"""Depthwise convolutions (ember/ops/depthwise.py, vectorized CPU schedule in strategy/cpu_gemm.py)
 against a float64 NumPy reference: strides, dilations, channel multipliers, asymmetric and no
 padding, rows shorter and longer than a vector, with and without a fused epilogue."""
 

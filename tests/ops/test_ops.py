@@ -10,7 +10,7 @@ import ember
 from ember import te
 from ember.ops.nn import conv_tensor, matmul_tensor
 from ember.ops.reduce import softmax_tensor
-from ember.ops.schedule import schedule_group
+from ember.strategy.cpu import schedule_group
 
 
 def _run(outs, ins, arrays):

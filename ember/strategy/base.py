@@ -1,0 +1,116 @@
+"""The strategy of a target: how the operator library's programs are scheduled for it.
+
+Operators (:mod:`ember.ops`) say *what* is computed; a :class:`Strategy` says how for one
+target:
+
+* :meth:`Strategy.schedule_group` — the default schedule of one fused kernel;
+* layout parameters that compute definitions need (:meth:`Strategy.gemm_panel_width`: the
+  column-panel width of packed GEMM operands), read from *this* target, never from the host;
+* the per-target program rewrites the model compiler applies before scheduling
+  (:meth:`Strategy.lift_outputs`, :meth:`Strategy.lift`) and which intermediate stages the
+  kernel keeps in memory (:meth:`Strategy.keeps_in_memory`);
+* the knob space of a kernel's tunable stage (:meth:`Strategy.space`), whose default point is
+  the schedule :meth:`Strategy.schedule_group` builds without a configuration.
+
+:func:`strategy_for` picks the strategy of a target: :class:`~ember.strategy.cpu.CPUStrategy`
+for ``llvm``, :class:`~ember.strategy.gpu.GPUStrategy` for ``cuda`` and ``rocm``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .. import te
+from ..arith import simplify
+from ..ir import expr as E
+from ..target import Target
+from ..te import ComputeOp, IterVar, Tensor
+
+if TYPE_CHECKING:
+    from .space import ConfigEntity, ConfigSpace
+
+
+def extent(iv: IterVar, literal: bool = False) -> int:
+    """The constant extent of ``iv``'s domain (after simplification); 1 when it is not a
+    constant (a symbolic size), so heuristics treat unknown extents as small.
+
+    With ``literal``, only an extent written as an integer literal counts (no simplification):
+    a reduction axis made as ``te.reduce_axis((0, K))`` has extent ``K - 0`` and counts as 1.
+    The CPU heuristics were tuned reading extents that way, and keep doing so at their default
+    points (so their loop IR does not change); knob spaces use the true extents."""
+    if iv.dom is None:
+        return 1
+    v = E.const_int_value(iv.dom.extent if literal else simplify(iv.dom.extent))
+    return int(v) if v is not None else 1
+
+
+class Strategy:
+    """How kernels are scheduled for ``target`` (see the module docstring). Subclasses override
+    :meth:`gemm_panel_width`, :meth:`schedule_group` and :meth:`space`; the program rewrites
+    default to none."""
+
+    def __init__(self, target: Target | str):
+        self.target = Target(target)
+
+    @property
+    def is_gpu(self) -> bool:
+        """True when the strategy schedules for a GPU."""
+        return self.target.is_gpu
+
+    def gemm_panel_width(self, dtype: str = "float32") -> int:
+        """The width ``nr`` of the column panels a packed GEMM's right operand is stored in
+        (``[N / nr, K, nr]``), for elements of ``dtype``. Always >= 1."""
+        raise NotImplementedError(f"{type(self).__name__} defines no GEMM panel width")
+
+    def schedule_group(
+        self, outs: Sequence[Tensor], keep: set[str] | frozenset[str] = frozenset(), config: ConfigEntity | None = None
+    ) -> te.Schedule:
+        """The schedule of one fused kernel computing ``outs``. Stages named in ``keep`` are not
+        inlined. ``config`` (a point of :meth:`space` of the same outputs) sets the tunable
+        stage's knobs; without it the space's default point is used."""
+        raise NotImplementedError(f"{type(self).__name__} defines no schedule")
+
+    def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
+        """The knob space of the tunable stage of the kernel computing ``outs`` (its packed GEMM),
+        or None when the kernel has no knobs."""
+        return None
+
+    def lift_outputs(self, outs: Sequence[Tensor]) -> list[Tensor]:
+        """The kernel's outputs as the target computes them (a GPU computes a 0-d output as a
+        one-element vector: the same bytes). The default keeps them."""
+        return list(outs)
+
+    def lift(self, outs: Sequence[Tensor]) -> list[Tensor]:
+        """The program computing ``outs`` rewritten for the target before it is scheduled
+        (computing the same values). The default keeps it."""
+        return list(outs)
+
+    def keeps_in_memory(self, op: ComputeOp) -> bool:
+        """True when intermediate stage ``op`` is kept in a buffer the memory plan provides (a
+        workspace argument of the kernel): stages flagged ``workspace``."""
+        return op.workspace
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.target})"
+
+
+def strategy_for(target: Target | str) -> Strategy:
+    """The strategy of ``target``: GPU strategy for ``cuda`` and ``rocm``, CPU strategy for
+    ``llvm`` (which reads that target's vector width, whatever the host is)."""
+    tgt = Target(target)
+    if tgt.is_gpu:
+        from .gpu import GPUStrategy
+
+        return GPUStrategy(tgt)
+    from .cpu import CPUStrategy
+
+    return CPUStrategy(tgt)
+
+
+@functools.cache
+def host_strategy() -> Strategy:
+    """The CPU strategy of the host (``Target("llvm")``): what code that builds operators without
+    naming a target gets."""
+    return strategy_for("llvm")
