@@ -1,8 +1,6 @@
 """ember: an open deep-learning compiler. Tensor expressions and schedules to native code for
 CPUs (LLVM), NVIDIA GPUs (NVPTX) and AMD GPUs (AMDGPU)."""
 
-__version__ = "0.1.0"
-
 from . import nd, te  # noqa: E402
 from .backends.cpu.module import load_module  # noqa: E402
 from .driver import build, compile, load  # noqa: E402
@@ -27,6 +25,7 @@ from .lower import lower  # noqa: E402
 from .model import Model, TensorSpec  # noqa: E402
 from .runtime import Device, Module, NDArray, cpu, cuda, device, rocm  # noqa: E402
 from .target import Target  # noqa: E402
+from .version import __version__  # noqa: E402, F401
 
 __all__ = [
     "ArgumentError",

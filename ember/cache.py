@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import __version__ as _version
+from .version import __version__ as _version
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path | None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..errors import EmberError, ModelFormatError
 from .model import Model
 from .program import Program

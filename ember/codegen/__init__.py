@@ -1,0 +1,1 @@
+"""LLVM code generation shared by every backend: :class:`~ember.codegen.llvm.CodeGenLLVM`."""
