@@ -2,6 +2,7 @@
 
 from ..ir.expr import const, floordiv, floormod, truncdiv, truncmod
 from ..ir.expr import max_expr as max_value_expr
+from .evaluate import EvaluationError, evaluate
 from .math import (
     abs,
     cast,
@@ -50,6 +51,7 @@ from .tensor import ComputeOp, IterVar, PlaceholderOp, Range, Tensor
 __all__ = [
     "CommReducer",
     "ComputeOp",
+    "EvaluationError",
     "IterVar",
     "PlaceholderOp",
     "Range",
@@ -65,6 +67,7 @@ __all__ = [
     "cos",
     "create_schedule",
     "erf",
+    "evaluate",
     "exp",
     "exp2",
     "floor",
