@@ -71,3 +71,21 @@ class GraphError(EmberError):
 
 class OpError(EmberError):
     """An operator was given attributes or inputs it cannot honour (names node and fix)."""
+
+
+def _proto_errors() -> tuple[type[BaseException], ...]:
+    """What reading a protobuf message (an ONNX model) can raise for bad bytes."""
+    errors: list[type[BaseException]] = [ValueError, TypeError, OSError, RuntimeError, KeyError, IndexError,
+                                         UnicodeDecodeError, MemoryError, OverflowError]
+    try:
+        from google.protobuf.message import DecodeError
+
+        errors.append(DecodeError)
+    except ImportError:  # no protobuf: no ONNX either
+        pass
+    return tuple(errors)
+
+
+#: The foreign exceptions that mean "these bytes are not a readable ONNX model"; the frontend
+#: turns them into :class:`ModelFormatError` at its boundary.
+PROTO_ERRORS = _proto_errors()

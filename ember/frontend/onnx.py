@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import PROTO_ERRORS as _PROTO_ERRORS
 from ..errors import FrontendError, ModelFormatError, UnsupportedOpError
 from ..graph.ir import Graph, Node, TensorInfo
 from ..ops.elemwise import ONNX_DTYPES
@@ -57,14 +58,14 @@ def load_model(model: Any) -> Any:
     if isinstance(model, (bytes, bytearray)):
         try:
             return onnx.load_from_string(bytes(model))
-        except Exception as exc:  # noqa: BLE001 - protobuf raises several types
+        except _PROTO_ERRORS as exc:  # protobuf and onnx raise several types
             raise ModelFormatError(f"the bytes given are not an ONNX model ({type(exc).__name__}: {exc})") from exc
     path = os.fspath(model)
     if not os.path.exists(path):
         raise ModelFormatError(f"{path}: no such file")
     try:
         m = onnx.load(path, load_external_data=False)
-    except Exception as exc:  # noqa: BLE001
+    except _PROTO_ERRORS as exc:
         raise ModelFormatError(
             f"{path} is not a readable ONNX model: {type(exc).__name__}: {exc}. "
             "Check that the file is complete (not truncated) and is an .onnx file"
@@ -75,7 +76,7 @@ def load_model(model: Any) -> Any:
         from onnx.external_data_helper import load_external_data_for_model
 
         load_external_data_for_model(m, os.path.dirname(os.path.abspath(path)))
-    except Exception as exc:  # noqa: BLE001
+    except _PROTO_ERRORS as exc:
         raise ModelFormatError(f"{path}: could not read its external data files: {exc}") from exc
     return m
 
@@ -112,7 +113,7 @@ def _tensor(t: Any, what: str) -> np.ndarray:
     elem_dtype(t.data_type, what)
     try:
         arr = numpy_helper.to_array(t)
-    except Exception as exc:  # noqa: BLE001
+    except _PROTO_ERRORS as exc:
         raise ModelFormatError(f"{what}: tensor {t.name!r} cannot be read ({exc})") from exc
     return np.require(arr, requirements="C")
 

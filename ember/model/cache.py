@@ -12,6 +12,7 @@ import os
 import tempfile
 from typing import Any
 
+from ..errors import PROTO_ERRORS as _PROTO_ERRORS
 from ..errors import EmberError
 from .format import load_model
 from .model import Model
@@ -67,7 +68,7 @@ def model_cache_key(model: Any, target: str, input_shapes: Any, fuse: bool) -> s
         proto = onnx.ModelProto.FromString(data) if base is not None else None
     except (OSError, ValueError, TypeError, AttributeError, RuntimeError):
         return None
-    except Exception:  # noqa: BLE001 - onnx raises DecodeError for garbage; the import reports it
+    except _PROTO_ERRORS:  # garbage: not keyed here, the import reports it
         return None
     parts = [hashlib.sha256(data).hexdigest()]
     locations: set[str] = set()

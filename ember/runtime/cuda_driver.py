@@ -126,7 +126,7 @@ def _error_name(lib: Any, rc: int) -> str:
     try:
         lib.cuGetErrorName(rc, ctypes.byref(name))
         lib.cuGetErrorString(rc, ctypes.byref(desc))
-    except Exception:  # noqa: BLE001
+    except (AttributeError, OSError):  # an old driver without the call
         return f"CUDA error {rc}"
     n = name.value.decode() if name.value else f"CUDA error {rc}"
     d = desc.value.decode() if desc.value else ""
@@ -197,7 +197,7 @@ def detected_arch() -> str | None:
         if device_count() == 0:
             return None
         return f"sm_{device_attribute(0, 'compute_capability_major')}{device_attribute(0, 'compute_capability_minor')}"
-    except Exception:  # noqa: BLE001 - no driver, no device
+    except (DeviceError, OSError):  # no driver, no device
         return None
 
 
@@ -282,7 +282,7 @@ class Stream:
         try:
             if self.handle:
                 activate(self.index).cuStreamDestroy_v2(self.handle)
-        except Exception:  # noqa: BLE001
+        except (DeviceError, OSError, AttributeError, TypeError):  # a lost context, or interpreter shutdown
             pass
 
 
@@ -312,7 +312,7 @@ class Event:
         try:
             if self.handle:
                 activate(self.index).cuEventDestroy_v2(self.handle)
-        except Exception:  # noqa: BLE001
+        except (DeviceError, OSError, AttributeError, TypeError):  # a lost context, or interpreter shutdown
             pass
 
 

@@ -112,7 +112,7 @@ def _error_name(lib: Any, rc: int) -> str:
     try:
         name = lib.hipGetErrorName(rc)
         return name.decode() if name else f"HIP error {rc}"
-    except Exception:  # noqa: BLE001
+    except (AttributeError, OSError, UnicodeDecodeError):  # an old runtime without the call
         return f"HIP error {rc}"
 
 

@@ -45,7 +45,7 @@ class Device:
             return self.index == 0
         try:
             return self.driver().device_count() > self.index
-        except Exception:  # noqa: BLE001 - any driver failure means "not present"
+        except (DeviceError, OSError):  # no driver or no such device: "not present"
             return False
 
     def driver(self) -> Any:
