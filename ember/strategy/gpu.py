@@ -186,24 +186,35 @@ def packed_gemm_space(op: ComputeOp, target: Target) -> ConfigSpace:
     elem = max(1, op.output(0).dtype.bits // 8)
     smem = target.max_shared_memory_per_block
 
-    def legal(cfg: ConfigEntity) -> str | None:
-        mo, ty, tm = cfg["tile_m"].size
-        no, tx, tn = cfg["tile_n"].size
-        bm, bn, kb = ty * tm, tx * tn, cfg["bk"].val
-        if ty * tx > THREADS:
-            return f"{ty} x {tx} threads per block exceed {THREADS}"
+    def block(cfg: ConfigEntity) -> tuple[int, int, int, int, int, int]:
+        (mo, ty, tm), (_, tx, tn) = cfg["tile_m"].size, cfg["tile_n"].size
+        return mo, ty, tm, tx, tn, int(cfg["bk"].val)
+
+    def threads(cfg: ConfigEntity) -> str | None:
+        _, ty, _, tx, _, _ = block(cfg)
+        return f"{ty} x {tx} threads per block exceed {THREADS}" if ty * tx > THREADS else None
+
+    def registers(cfg: ConfigEntity) -> str | None:
+        _, _, tm, _, tn, _ = block(cfg)
         if tm * tn > MAX_ACCUMULATORS:
             return f"a {tm} x {tn} register tile exceeds {MAX_ACCUMULATORS} accumulators"
-        if bn % nr:
-            return f"a block's {bn} columns do not cover whole panels of {nr}"
-        need = (bm + bn) * kb * taps * elem
-        if need > smem:
-            return f"the staged tiles need {need} bytes of shared memory, {target} has {smem}"
-        if mo > MAX_GRID_YZ or nb > MAX_GRID_YZ:
-            return f"a grid of {nb} x {mo} blocks exceeds {MAX_GRID_YZ} along y or z"
         return None
 
-    space.add_check(legal)
+    def panels(cfg: ConfigEntity) -> str | None:
+        _, _, _, tx, tn, _ = block(cfg)
+        return f"a block's {tx * tn} columns do not cover whole panels of {nr}" if (tx * tn) % nr else None
+
+    def shared_memory(cfg: ConfigEntity) -> str | None:
+        _, ty, tm, tx, tn, kb = block(cfg)
+        need = (ty * tm + tx * tn) * kb * taps * elem
+        return f"the staged tiles need {need} bytes of shared memory, {target} has {smem}" if need > smem else None
+
+    def grid(cfg: ConfigEntity) -> str | None:
+        mo = block(cfg)[0]
+        return f"a grid of {nb} x {mo} blocks exceeds {MAX_GRID_YZ} along y or z" if max(mo, nb) > MAX_GRID_YZ else None
+
+    for check in (threads, registers, panels, shared_memory, grid):
+        space.add_check(check)
     return space
 
 
