@@ -73,6 +73,12 @@ class OpError(EmberError):
     """An operator was given attributes or inputs it cannot honour (names node and fix)."""
 
 
+class EvaluationError(EmberError):
+    """A te program cannot be evaluated by the NumPy reference (:func:`ember.te.evaluate`): an
+    unsupported node kind, data type or math function, a missing input, or a symbolic size no
+    input binds. The message names the node."""
+
+
 def _proto_errors() -> tuple[type[BaseException], ...]:
     """What reading a protobuf message (an ONNX model) can raise for bad bytes."""
     errors: list[type[BaseException]] = [ValueError, TypeError, OSError, RuntimeError, KeyError, IndexError,

@@ -1,7 +1,7 @@
-"""The NumPy reference evaluator (ember.te.evaluate) against the same te programs compiled natively.
+"""The NumPy reference evaluator (ember.te.reference) against the same te programs compiled natively.
 
 Every case builds an ONNX-named operator (or a hand-written te program) on placeholders, computes
-it once with :func:`ember.te.evaluate.evaluate` and once with the kernel ``ember.build`` compiles
+it once with :func:`ember.te.evaluate` and once with the kernel ``ember.build`` compiles
 for ``llvm`` (scheduled as the graph compiler schedules it), on random inputs at sizes that no tile
 or vector width divides, and compares:
 
@@ -28,10 +28,11 @@ import pytest
 
 import ember
 from ember import te
+from ember.errors import EvaluationError
 from ember.ir import expr as E
 from ember.ops.registry import OpContext, call
 from ember.strategy.cpu import schedule_group
-from ember.te.evaluate import EvaluationError, evaluate
+from ember.te import evaluate
 
 EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
 

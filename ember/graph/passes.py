@@ -121,29 +121,21 @@ def infer_and_fold(
 
 
 def fold_node(
-    node: Node, tensors: dict[str, te.Tensor], outs: list[te.Tensor], consts: dict[str, np.ndarray]
-) -> list[np.ndarray]:
-    """Compute a node with constant inputs by compiling and running its kernel."""
-    from .. import build
-    from ..ops.util import reset_names
-    from ..strategy.cpu import schedule_group
+    node: Node, tensors: dict[str, te.Tensor], outs: list[Any], consts: dict[str, np.ndarray]
+) -> list[np.ndarray | None]:
+    """Compute a node whose inputs are all constants with ember's NumPy reference of its te
+    program (:func:`ember.te.evaluate`), not by compiling it. ``outs`` are the node's outputs as
+    built on ``tensors`` (placeholders standing for the constant inputs); returns one array per
+    name in ``node.outputs`` (None for an unused output). Float values may differ from the
+    compiled kernel's by rounding order only. Raises :class:`~ember.errors.EvaluationError` for a
+    program the reference cannot evaluate."""
+    from ..te.reference import evaluate
 
-    # Rebuild the node on fresh placeholders with fresh names: the kernel text (the cache key)
-    # is then the same in every compile.
-    reset_names()
-    fresh = {i: te.placeholder(te_shape(tensors[i]), str(tensors[i].dtype), name=uname("c")) for i in node.inputs if i}
-    outs = build_node(node, fresh, consts)
     live = [o for o, name in zip(outs, node.outputs) if name]
-    s = schedule_group(live, set(), parallel=False)
-    used = {id(st.op) for st in s.stages}
-    ins = [i for i in dict.fromkeys(node.inputs) if i and id(fresh[i].op) in used]
-    in_t = [fresh[i] for i in ins]
-    mod = build(s, in_t + live, target="llvm", name="fold")
-    arrays = [np.require(consts[i], requirements="C") for i in ins]
-    results = [np.empty(te_shape(t), dtype=str(t.dtype)) for t in live]
-    mod(*arrays, *results)
-    it = iter(results)
-    return [next(it) if name else None for name in node.outputs]  # type: ignore[misc]
+    values = {tensors[i]: consts[i] for i in dict.fromkeys(node.inputs) if i}
+    computed = iter(evaluate([o for o in live if not isinstance(o, np.ndarray)], values))
+    results = iter([o if isinstance(o, np.ndarray) else next(computed) for o in live])
+    return [next(results) if name else None for name in node.outputs]
 
 
 def dead_code_elimination(graph: Graph) -> Graph:

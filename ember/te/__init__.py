@@ -2,7 +2,6 @@
 
 from ..ir.expr import const, floordiv, floormod, truncdiv, truncmod
 from ..ir.expr import max_expr as max_value_expr
-from .evaluate import EvaluationError, evaluate
 from .math import (
     abs,
     cast,
@@ -45,6 +44,7 @@ from .operation import (
     thread_axis,
     var,
 )
+from .reference import EvaluationError, evaluate
 from .schedule import Schedule, Stage, create_schedule
 from .tensor import ComputeOp, IterVar, PlaceholderOp, Range, Tensor
 

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EmberError
+from ..errors import EvaluationError
 from ..ir import expr as E
 from ..ir.dtype import DataType
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
@@ -70,12 +70,6 @@ from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 DEFAULT_MAX_ELEMENTS = 1 << 22
 
 Array = np.ndarray
-
-
-class EvaluationError(EmberError):
-    """A te program cannot be evaluated by the NumPy reference: an unsupported node kind, data
-    type or math function, a missing input, or a symbolic size no input binds. The message names
-    the node; callers may fall back to compiling the program."""
 
 
 # -- data types ---------------------------------------------------------------------------------
