@@ -15,15 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from .. import te
 from ..graph.ir import Graph, TensorInfo
 from ..graph.passes import Group, build_node
 from ..ops.util import reset_names, uname
 from ..ops.util import shape as te_shape
 from ..strategy import Strategy, host_strategy, strategy_for
-from ..strategy.cpu import schedule_group
 from ..target import Target
 from ..te import ComputeOp
 from ..te.rewrite import rewrite
@@ -123,12 +120,11 @@ def _fold_constant_stages(
 ) -> tuple[list[te.Tensor], list[tuple[str, te.Tensor]]]:
     """Layout transforms of constants, computed at compile time. Every stage flagged
     ``constant_layout`` (a matrix product's right operand packed into column panels) that
-    depends only on constants (directly or through other computed stages) is run once on the
-    host CPU; its value becomes a new graph constant, which the kernel reads through a new
+    depends only on constants (directly or through other computed stages) is evaluated once
+    with ember's NumPy reference (:func:`ember.te.evaluate`); its value becomes a new graph constant, which the kernel reads through a new
     placeholder instead of repacking on every call. Returns the rewritten outputs and the
     (constant name, placeholder) pairs to pass."""
-    from ..backends import build_functions
-    from ..lower import lower
+    from ..te.reference import evaluate
 
     folded: list[tuple[str, te.Tensor]] = []
     constant: dict[int, list[te.Tensor]] = {}  # op id -> the constant placeholders it reads
@@ -146,10 +142,7 @@ def _fold_constant_stages(
         if not op.constant_layout or op.num_outputs != 1:
             return None
         t = op.output(0)
-        s = schedule_group([t], set())
-        mod = build_functions([lower(s, srcs + [t], "fold")], "llvm")
-        value = np.empty(te_shape(t), dtype=str(t.dtype))
-        mod(*[graph.consts[consts[id(x.op)]] for x in srcs], value)
+        (value,) = evaluate([t], {x: graph.consts[consts[id(x.op)]] for x in srcs})
         name = f"{fname}__const{len(folded)}"
         graph.consts[name] = value
         graph.values[name] = TensorInfo(value.shape, str(value.dtype))
