@@ -28,10 +28,13 @@ demo: $(STAMP)
 
 test: $(TEST_STAMP) system-deps
 	$(VPY) -m ruff check ember tests benchmarks examples scripts
+	$(VENV)/bin/lint-imports
 	$(VPY) -m pytest -q -n 2 tests
 
+# ruff, and import-linter's layer contracts (pyproject.toml: no module imports a layer above it).
 lint: $(TEST_STAMP)
 	$(VPY) -m ruff check ember tests benchmarks examples scripts
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info
