@@ -1,4 +1,4 @@
-"""The ``ember`` command: ``ember demo``, ``ember hipify ...``."""
+"""The ``ember`` command: ``ember demo``, ``ember explain MODEL``, ``ember hipify ...``, ``ember version``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ def main(argv: list[str] | None = None) -> int:
         "what", nargs="?", choices=("model", "kernels"), default="model",
         help="model (default): EfficientNet-Lite0 next to ONNX Runtime; kernels: vector add and GEMM vs NumPy",
     )
+    ex = sub.add_parser("explain", help="compile a model with the IR dumped after every pass, and report")
+    ex.add_argument("model", help="an ONNX file")
+    ex.add_argument("--target", default="llvm", help="llvm (default), cuda, rocm, with options")
+    ex.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                    help="fix the shape of an input (repeatable)")
+    ex.add_argument("--dump-dir", default=None, help="where the IR dumps go (default: a new temporary directory)")
+    ex.add_argument("--opt-level", type=int, default=2, help="PassContext opt level (default 2)")
+    ex.add_argument("--disable", action="append", default=[], metavar="PASS", help="disable a pass (repeatable)")
     sub.add_parser("hipify", help="translate CUDA sources to HIP (ember hipify --help)")
     sub.add_parser("version", help="print ember's version")
     args = parser.parse_args(argv)
@@ -31,12 +39,37 @@ def main(argv: list[str] | None = None) -> int:
         from .model_demo import main as model_demo
 
         return model_demo()
+    if args.command == "explain":
+        return _explain(args, parser)
     if args.command == "version":
         from . import __version__
 
         print(__version__)
         return 0
     parser.print_help()
+    return 0
+
+
+def _explain(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .errors import EmberError
+    from .explain import explain
+
+    shapes: dict[str, list[int]] = {}
+    for spec in args.input_shape:
+        name, _, dims = spec.partition("=")
+        try:
+            shapes[name] = [int(d) for d in dims.split(",") if d]
+        except ValueError:
+            parser.error(f"--input-shape {spec!r}: give NAME=D0,D1,... with integer dimensions")
+        if not name or not shapes[name]:
+            parser.error(f"--input-shape {spec!r}: give NAME=D0,D1,...")
+    try:
+        result = explain(args.model, target=args.target, input_shapes=shapes or None, dump_dir=args.dump_dir,
+                         opt_level=args.opt_level, disabled_passes=args.disable)
+    except EmberError as exc:
+        print(f"ember explain: {exc}", file=sys.stderr)
+        return 1
+    print(result.report())
     return 0
 
 

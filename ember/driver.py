@@ -25,7 +25,7 @@ from . import cache as compile_cache
 from .backends import backend_for, build_functions
 from .errors import EmberError
 from .graph.ir import Graph
-from .graph.passes import default_graph_pipeline, fuse, infer_and_fold
+from .graph.passes import Fuse, default_graph_pipeline, infer_and_fold
 from .ir import expr as E
 from .ir.stmt import PrimFunc
 from .lower import lower
@@ -89,7 +89,7 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
     tgt = backend_for(target).resolve(Target(target))
     progress = Progress(delay=0.0 if verbose else 1.0)
     g = optimize(graph, progress)
-    groups = fuse(g, enabled=fuse_ops)
+    groups = Fuse(enabled=fuse_ops)(g).groups
     funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu)
     module = None
     if funcs:
