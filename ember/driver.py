@@ -90,7 +90,7 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
     progress = Progress(delay=0.0 if verbose else 1.0)
     g = optimize(graph, progress)
     groups = Fuse(enabled=fuse_ops)(g).groups
-    funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu)
+    funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu, target=tgt)
     module = None
     if funcs:
         progress(f"generating code for {len(funcs)} kernels")

@@ -79,6 +79,11 @@ class EvaluationError(EmberError):
     input binds. The message names the node."""
 
 
+class InvalidConfig(EmberError, ValueError):
+    """A configuration is not a legal point of its knob space (a check failed, a knob is unknown
+    or has a value the space does not hold); raised before anything is built."""
+
+
 def _proto_errors() -> tuple[type[BaseException], ...]:
     """What reading a protobuf message (an ONNX model) can raise for bad bytes."""
     errors: list[type[BaseException]] = [ValueError, TypeError, OSError, RuntimeError, KeyError, IndexError,

@@ -68,18 +68,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import EmberError
+from ..errors import InvalidConfig
 from ..te import IterVar, Stage, Tensor
 from ..te.schedule import Schedule
 from .base import extent
 
 StageLike = Stage | Tensor
 ANNOTATIONS = ("none", "unroll", "vec", "parallel")
-
-
-class InvalidConfig(EmberError):
-    """A configuration is not a legal point of its space (a check failed, a knob is unknown or
-    has a value the space does not hold)."""
 
 
 def _stage(s: Schedule, stage: StageLike) -> Stage:
