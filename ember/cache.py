@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -38,7 +39,7 @@ def cache_dir(override: str | os.PathLike[str] | None = None) -> Path | None:
 
 #: Bumped whenever code generation changes what it emits for the same loop IR, so entries
 #: written by an older code generator are not reused.
-CODEGEN_REVISION = "3"
+CODEGEN_REVISION = "4"
 
 
 def cache_key(*parts: str) -> str:
@@ -50,21 +51,42 @@ def cache_key(*parts: str) -> str:
     return h.hexdigest()
 
 
+#: File names an entry may hold (a part's name: no directories, no ``..``).
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+#: Largest entry accepted (bytes, all files together).
+MAX_ENTRY_BYTES = 1 << 32
+
+
 def load(root: Path, key: str) -> dict[str, Any] | None:
-    """The entry ``key`` as {name: bytes, "meta": dict}, or None when absent or corrupt."""
+    """The entry ``key`` as {name: bytes, "meta": dict}, or None when it is absent, half
+    written, foreign or corrupt: ``meta.json`` must be an object listing plain file names with
+    SHA-256 digests, and every file must exist and match its digest. (The files' *content* is
+    checked by the backend's ``load``, which the caller runs: a rejected entry is a miss too.)"""
     entry = root / key[:2] / key
     try:
         meta = json.loads((entry / "meta.json").read_text())
-        files = {}
-        for name, digest in meta["files"].items():
-            data = (entry / name).read_bytes()
+        listed = meta["files"] if isinstance(meta, dict) else None
+        extra = meta.get("extra", {}) if isinstance(meta, dict) else None
+        if not isinstance(listed, dict) or not isinstance(extra, dict) or "meta" in listed:
+            return None
+        files: dict[str, Any] = {}
+        total = 0
+        for name, digest in listed.items():
+            if not _FILE_NAME.fullmatch(name) or ".." in name or not isinstance(digest, str) \
+                    or not _DIGEST.fullmatch(digest):
+                return None
+            path = entry / name
+            total += path.stat().st_size
+            if total > MAX_ENTRY_BYTES:
+                return None
+            data = path.read_bytes()
             if hashlib.sha256(data).hexdigest() != digest:
                 return None
             files[name] = data
-        files_meta: dict[str, Any] = dict(files)
-        files_meta["meta"] = meta.get("extra", {})
-        return files_meta
-    except (OSError, ValueError, KeyError, TypeError):
+        files["meta"] = extra
+        return files
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

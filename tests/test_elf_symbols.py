@@ -1,5 +1,6 @@
 """Objects whose symbols cannot be resolved are refused with an ember error before MCJIT binds
-them to address 0 (which crashed the process at the first call)."""
+them to address 0 (which crashed the process at the first call); symbols that are not math or
+runtime routines ember's code calls are refused as not ember's."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import pytest
 
 import ember
 from ember import te
-from ember.backends.cpu import CPU_FORMAT
+from ember.backends.cpu import CPU_FORMAT, elf
 from ember.backends.cpu.codegen import init_llvm, target_machine
 from ember.backends.cpu.elf import undefined_symbols
 from ember.backends.cpu.module import load_parts
-from ember.errors import ToolchainError
+from ember.errors import ModelFormatError, ToolchainError
 from ember.target import Target
 
 
@@ -40,11 +41,28 @@ def test_undefined_symbols_lists_what_the_object_imports() -> None:
     assert undefined_symbols(b"not an object") == []
 
 
-def test_unresolvable_symbol_raises_instead_of_crashing() -> None:
-    obj = _object_calling("ember_test_missing_symbol")
+def _parts(obj: bytes) -> dict[str, bytes]:
     meta = {"format": CPU_FORMAT, "target": "llvm", "functions": [{"name": "caller", "params": [], "scalars": []}]}
+    return {"module.json": json.dumps(meta).encode(), "module.o": obj}
+
+
+def test_unresolvable_symbol_raises_instead_of_crashing(monkeypatch) -> None:
+    # an allowed routine that no library in this process provides: a ToolchainError naming it
+    monkeypatch.setattr(elf, "ALLOWED_IMPORTS", elf.ALLOWED_IMPORTS | {"ember_test_missing_symbol"})
+    obj = _object_calling("ember_test_missing_symbol")
     with pytest.raises(ToolchainError, match="ember_test_missing_symbol"):
-        load_parts({"module.json": json.dumps(meta).encode(), "module.o": obj})
+        load_parts(_parts(obj))
+
+
+def test_symbol_not_on_the_allowlist_is_refused() -> None:
+    for name in ("ember_test_missing_symbol", "system", "dlopen"):
+        with pytest.raises(ModelFormatError, match=name):
+            load_parts(_parts(_object_calling(name)))
+
+
+def test_allowlisted_math_routine_loads() -> None:
+    module = load_parts(_parts(_object_calling("tanhf")))
+    assert module.function_names == ["caller"]
 
 
 def test_float64_to_float16_runs(rng) -> None:

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..version import __version__
 from ..errors import EmberError, ModelFormatError
+from ..version import __version__
 from .model import Model
 from .program import Program
 
@@ -71,46 +71,36 @@ def save_model(model: Model, path: str | os.PathLike[str]) -> None:
 
 def read_members(path: str) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The manifest and every member of a saved model, each checked against the manifest's size
-    and digest. Raises ModelFormatError naming the file and the problem."""
+    and digest (:func:`ember.backends.cpu.file.read_checked`: no duplicate, unlisted or unsafe
+    names, sizes checked before anything is decompressed). Raises ModelFormatError naming the
+    file and the problem."""
+    from ..backends.cpu.file import read_checked, read_manifest
+
     try:
         z = zipfile.ZipFile(path)
     except FileNotFoundError as exc:
         raise ModelFormatError(f"{path} does not exist") from exc
-    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
         raise ModelFormatError(f"{path} is not a model saved by ember (Model.save): {exc}") from exc
     with z:
         try:
-            manifest = json.loads(z.read("manifest.json"))
+            manifest = read_manifest(z, path)
         except KeyError as exc:
             if "plan.json" in z.namelist():
                 raise ModelFormatError(
                     f"{path} was saved by an older ember (format ember-model/1, which loaded a shared library); "
                     f"this ember reads {FORMAT}: compile the model again and save it") from exc
             raise ModelFormatError(f"{path} is not a model saved by ember: it has no manifest.json") from exc
-        except (ValueError, zipfile.BadZipFile, OSError) as exc:
-            raise ModelFormatError(f"{path}: manifest.json is unreadable ({exc})") from exc
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             got = manifest.get("format") if isinstance(manifest, dict) else None
             raise ModelFormatError(f"{path} has format {got!r}; this ember reads {FORMAT}")
-        listed = manifest.get("members")
-        if not isinstance(listed, dict):
-            raise ModelFormatError(f"{path}: the manifest lists no members")
-        members: dict[str, bytes] = {}
-        for name, info in listed.items():
-            try:
-                size, digest = int(info["size"]), str(info["sha256"])
-                stored = z.getinfo(name).file_size
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ModelFormatError(f"{path}: member {name!r} is missing or its manifest entry is bad") from exc
-            if size < 0 or size > MAX_MEMBER_BYTES or stored != size:
-                raise ModelFormatError(f"{path}: member {name!r} has {stored} bytes, the manifest says {size}")
-            try:
-                data = z.read(name)
-            except (OSError, zipfile.BadZipFile, ValueError) as exc:
-                raise ModelFormatError(f"{path}: member {name!r} cannot be read ({exc})") from exc
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise ModelFormatError(f"{path}: member {name!r} does not match its digest (edited or corrupted)")
-            members[name] = data
+        try:
+            members = read_checked(z, manifest.get("members"), path, MAX_MEMBER_BYTES)
+        except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
+            raise ModelFormatError(f"{path} is damaged: {exc}") from exc
+    for name in ("plan.json", "weights.npz"):
+        if name not in members:
+            raise ModelFormatError(f"{path}: the model has no {name}")
     return manifest, members
 
 
@@ -121,17 +111,11 @@ def load_model(path: str | os.PathLike[str]) -> Model:
 
     path = os.fspath(path)
     _, members = read_members(path)
-    try:
-        plan = json.loads(members["plan.json"])
-        weights = np.load(io.BytesIO(members["weights.npz"]), allow_pickle=False)
-        names = plan["const_names"]
-        consts = {names[k]: np.array(weights[k]) for k in weights.files}
-        target = str(plan["target"])
-    except (KeyError, ValueError, TypeError, OSError, zipfile.BadZipFile) as exc:
-        raise ModelFormatError(f"{path}: the plan or the weights are unreadable ({exc})") from exc
-    from .plan_check import check_plan
+    plan, consts = _plan_and_weights(members, path)
+    from .plan_check import check_plan, check_plan_module
 
     check_plan(plan, consts, path)
+    target = plan["target"]
     parts = {n[len("module/"):]: d for n, d in members.items() if n.startswith("module/")}
     module: Any = None
     if parts:
@@ -143,16 +127,48 @@ def load_model(path: str | os.PathLike[str]) -> Model:
             module = backend.load(parts)
         except ModelFormatError as exc:
             raise ModelFormatError(f"{path}: {exc}") from exc
+    check_plan_module(plan, module, path)
     source = None
     if "source/model.onnx" in members:
         source = {"onnx": members["source/model.onnx"], "options": _options(members, path)}
     return Model(Program(plan, module, consts), source=source)
 
 
+def _plan_and_weights(members: dict[str, bytes], path: str) -> tuple[Any, dict[str, np.ndarray]]:
+    """The parsed plan and the constants (by name) of a saved model's members; only plain
+    arrays are read (no pickles), and each array's shape and dtype come from the ``.npy``
+    header, which NumPy validates."""
+    try:
+        plan = json.loads(members["plan.json"])
+    except (ValueError, RecursionError) as exc:
+        raise ModelFormatError(f"{path}: plan.json is unreadable ({exc})") from exc
+    if not isinstance(plan, dict):
+        raise ModelFormatError(f"{path}: the plan is not an object")
+    names = plan.get("const_names")
+    if not isinstance(names, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in names.items()):
+        raise ModelFormatError(f"{path}: the plan's const_names is not a mapping of names")
+    consts: dict[str, np.ndarray] = {}
+    try:
+        with np.load(io.BytesIO(members["weights.npz"]), allow_pickle=False) as weights:
+            if set(weights.files) != set(names):
+                raise ModelFormatError(f"{path}: weights.npz does not hold exactly the constants the plan names")
+            for key in weights.files:
+                consts[names[key]] = np.array(weights[key])
+    except ModelFormatError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError, TypeError) as exc:
+        raise ModelFormatError(f"{path}: the weights are unreadable ({exc})") from exc
+    except MemoryError as exc:
+        raise ModelFormatError(f"{path}: the weights do not fit in memory") from exc
+    if len(consts) != len(names):
+        raise ModelFormatError(f"{path}: two constants of the plan have the same name")
+    return plan, consts
+
+
 def _options(members: dict[str, bytes], path: str) -> dict[str, Any]:
     try:
         opts = json.loads(members.get("source/options.json", b"{}"))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ModelFormatError(f"{path}: source/options.json is unreadable") from exc
     if not isinstance(opts, dict):
         raise ModelFormatError(f"{path}: source/options.json is not an object")

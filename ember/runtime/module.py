@@ -12,8 +12,6 @@ arguments for symbolic sizes). Errors name the argument.
 
 from __future__ import annotations
 
-import ast
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +19,7 @@ import numpy as np
 
 from ..errors import ArgumentError, EmberError
 from .ndarray import NDArray
+from .size_expr import compile_tree
 
 
 class Function:
@@ -41,6 +40,14 @@ class Function:
         self._params = sig["params"]
         self._scalar_names = [s["name"] for s in sig["scalars"]]
         self._nparams = len(self._params)
+        # derived dimensions (``n + 4``): (argument, dimension, size function, printed form)
+        self._derived: list[tuple[int, int, Callable[[Any], int], str]] = []
+        for k, p in enumerate(self._params):
+            if p["kind"] != "buffer":
+                continue
+            for d, tree in enumerate(p.get("shape_exprs") or ()):
+                if tree is not None and not isinstance(p["shape"][d], int) and not p["shape_is_var"][d]:
+                    self._derived.append((k, d, compile_tree(tree), str(p["shape"][d])))
 
     def __call__(self, *args: Any) -> None:
         if len(args) != self._nparams:
@@ -65,27 +72,25 @@ class Function:
             if name not in env:
                 raise ArgumentError(f"{self.name}: the size {name} is not determined by any argument")
             scalars.append(env[name])
-        self._check_derived_dims(args, env)
+        if self._derived:
+            self._check_derived_dims(args, env, scalars)
         rc = self._invoke(pointers, scalars)
         if rc != 0:
             raise EmberError(f"{self.name} failed at run time (code {rc}): an assertion in the kernel did not hold")
 
-    def _check_derived_dims(self, args: tuple[Any, ...], env: dict[str, int]) -> None:
-        """Dimensions that are expressions of the sizes (``n + 4``) must match their value."""
-        for k, (p, a) in enumerate(zip(self._params, args)):
-            if p["kind"] != "buffer":
-                continue
-            for d, want in enumerate(p["shape"]):
-                if isinstance(want, int) or p["shape_is_var"][d]:
-                    continue
-                expect = _eval_dim(want, env)
-                got = int(tuple(a.shape)[d])
-                if expect is not None and got != expect:
-                    sizes = ", ".join(f"{v} = {env[v]}" for vs in p.get("shape_vars", []) for v in vs if v in env)
-                    raise ArgumentError(
-                        f"argument {k} ({p['name']}) of {self.name}: dimension {d} is {got}, but {want} = {expect} "
-                        f"(from {sizes or 'the other arguments'})"
-                    )
+    def _check_derived_dims(self, args: tuple[Any, ...], env: dict[str, int], scalars: list[int]) -> None:
+        """Dimensions that are expressions of the sizes (``n + 4``) must match their value;
+        ``scalars`` are the sizes in signature order (what the expression trees index)."""
+        for k, d, fn, text in self._derived:
+            p = self._params[k]
+            expect = fn(scalars)
+            got = int(tuple(args[k].shape)[d])
+            if got != expect:
+                sizes = ", ".join(f"{v} = {env[v]}" for vs in p.get("shape_vars", []) for v in vs if v in env)
+                raise ArgumentError(
+                    f"argument {k} ({p['name']}) of {self.name}: dimension {d} is {got}, but {text} = {expect} "
+                    f"(from {sizes or 'the other arguments'})"
+                )
 
     def _check_array(self, k: int, p: dict[str, Any], a: Any, env: dict[str, int]) -> int:
         where = f"argument {k} ({p['name']}) of {self.name}"
@@ -132,47 +137,6 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<ember.Function {self.name}>"
-
-
-_DIM_CALLS: dict[str, Callable[..., int]] = {
-    "floormod": lambda a, b: a % b,
-    "floordiv": lambda a, b: a // b,
-    "truncdiv": lambda a, b: (abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1),
-    "truncmod": lambda a, b: a - b * ((abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1)),
-    "min": min,
-    "max": max,
-}
-_INT_CASTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
-_DIM_OPS: dict[type, Callable[[int, int], int]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-}
-
-
-def _eval_dim(text: str, env: dict[str, int]) -> int | None:
-    """The value of a dimension as the IR printer wrote it (``(n + 4)``, ``((n + 7) // 8)``), or
-    None when it uses something this small evaluator does not know."""
-
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name):
-            return env[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPS:
-            return _DIM_OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
-            args = [ev(x) for x in node.args]
-            if node.func.id in _DIM_CALLS:
-                return _DIM_CALLS[node.func.id](*args)
-            if node.func.id in _INT_CASTS and len(args) == 1:
-                return args[0]
-        raise ValueError(text)
-
-    try:
-        return ev(ast.parse(text, mode="eval").body)
-    except (SyntaxError, KeyError, ValueError, TypeError, ZeroDivisionError):
-        return None
 
 
 def _cpu() -> Any:

@@ -198,12 +198,30 @@ class CompiledCPU:
 
 
 def function_signature(func: S.PrimFunc) -> dict[str, Any]:
-    """A JSON-able description of a compiled function's parameters (for the runtime)."""
+    """A JSON-able description of a compiled function's parameters (for the runtime's argument
+    checks): per buffer its name, dtype, shape (ints, size names, or the printed expression of a
+    derived dimension), ``shape_is_var``, ``shape_vars`` and ``shape_exprs`` (per dimension an
+    expression tree over ``scalars`` for a derived dimension such as ``n + 4``, else None; see
+    :mod:`ember.runtime.size_expr`); per scalar parameter its name and dtype; and ``scalars``,
+    the sizes passed after the buffers (:func:`~ember.codegen.llvm.signature_vars` order)."""
+    from ...runtime.size_expr import to_tree
+
+    sizes = signature_vars(func)
+    index = {v: i for i, v in enumerate(sizes)}
     params = []
     for p in func.params:
         if isinstance(p, Buffer):
             shape = [s.value if isinstance(s, E.IntImm) else str(s) for s in p.shape]
             shape_vars = [[v.name for v in free_vars(s)] for s in p.shape]
+            exprs: list[Any] = []
+            for s in p.shape:
+                tree = None
+                if not isinstance(s, (E.IntImm, E.Var)):
+                    try:
+                        tree = to_tree(s, index)
+                    except EmberError:
+                        tree = None  # a dimension the host cannot evaluate stays unchecked
+                exprs.append(tree)
             params.append(
                 {
                     "kind": "buffer",
@@ -212,11 +230,12 @@ def function_signature(func: S.PrimFunc) -> dict[str, Any]:
                     "shape": shape,
                     "shape_is_var": [isinstance(s, E.Var) for s in p.shape],
                     "shape_vars": shape_vars,
+                    "shape_exprs": exprs,
                 }
             )
         else:
             params.append({"kind": "scalar", "name": p.name, "dtype": str(p.dtype)})
-    scalars = [{"name": v.name, "dtype": str(v.dtype)} for v in signature_vars(func)]
+    scalars = [{"name": v.name, "dtype": str(v.dtype)} for v in sizes]
     return {"name": func.name, "params": params, "scalars": scalars}
 
 

@@ -1,58 +1,317 @@
-"""Just enough ELF reading to list the symbols an object file needs from elsewhere.
+"""ELF reading and checking for the CPU backend's relocatable objects.
 
-The CPU runtime loads compiled objects into the process with MCJIT, which jumps to address 0 (a
-segfault) when a symbol cannot be resolved. Before loading, :func:`undefined_symbols` lists what
-the object imports (libgomp's entry points, libm functions, compiler support routines such as
-``__truncdfhf2``) so that a missing one becomes an ember error naming it.
+The CPU runtime maps compiled objects into the process with MCJIT (LLVM's RuntimeDyld), which
+trusts the object: a section or symbol table pointing outside the file, a relocation of a type
+it does not implement or outside its section crashes or corrupts the process, a symbol it cannot
+resolve becomes address 0 (a segfault at the first call), and an ``STT_GNU_IFUNC`` resolver
+would run at load time. :func:`check_object` therefore validates an object completely before
+LLVM sees it — header, section table, string and symbol tables, relocations, unwind-table
+framing — and refuses what ember never writes: load-time code (constructor and destructor
+sections, ``.init``/``.fini``, IFUNC and TLS symbols) and imports that are not on
+:data:`ALLOWED_IMPORTS`. Every problem is a :class:`~ember.errors.ModelFormatError`.
 """
 
 from __future__ import annotations
 
+import platform
 import struct
+from dataclasses import dataclass
 
-_SHT_SYMTAB = 2
-_SHN_UNDEF = 0
+from ...errors import ModelFormatError
+
+_SHT_SYMTAB, _SHT_STRTAB, _SHT_RELA, _SHT_NOBITS, _SHT_REL, _SHT_DYNSYM = 2, 3, 4, 8, 9, 11
+_SHT_INIT_ARRAY, _SHT_FINI_ARRAY, _SHT_PREINIT_ARRAY = 14, 15, 16
+_SHF_EXECINSTR, _SHF_TLS = 0x4, 0x400
+_SHN_UNDEF, _SHN_LORESERVE, _SHN_ABS, _SHN_COMMON = 0, 0xFF00, 0xFFF1, 0xFFF2
+_STB_GLOBAL, _STB_WEAK = 1, 2
+_STT_FUNC, _STT_TLS, _STT_GNU_IFUNC = 2, 6, 10
+_ET_REL = 1
+EM_X86_64, EM_AARCH64 = 62, 183
+
+#: Sections that hold code run when an object is loaded or unloaded.
+_LOAD_TIME_PREFIXES = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors")
+_LOAD_TIME_NAMES = (".init", ".fini")
+
+#: Relocation types RuntimeDyld implements (and LLVM's ELF writer emits) per machine; anything
+#: else makes RuntimeDyld abort the process.
+_RELOCATIONS = {
+    # NONE 64 PC32 PLT32 GOTPCREL 32 32S PC8 PC64 GOTOFF64 GOTPC32 GOTPC64 GOTPCRELX REX_GOTPCRELX
+    EM_X86_64: frozenset({0, 1, 2, 4, 9, 10, 11, 15, 24, 25, 26, 29, 41, 42}),
+    # NONE ABS64 ABS32 ABS16 PREL64 PREL32 PREL16 MOVW_UABS_G0_NC G1_NC G2_NC G3 LD_PREL_LO19
+    # ADR_PREL_LO21 ADR_PREL_PG_HI21 ADD_ABS_LO12_NC LDST8 TSTBR14 CONDBR19 JUMP26 CALL26
+    # LDST16 LDST32 LDST64 LDST128 ADR_GOT_PAGE LD64_GOT_LO12_NC PLT32
+    EM_AARCH64: frozenset({0, 256, 257, 258, 259, 260, 261, 262, 264, 266, 268, 269, 273, 274, 275, 277, 278,
+                           279, 280, 282, 283, 284, 285, 286, 299, 311, 312, 314}),
+}
+
+#: The relocation types above that patch 8 bytes (the others patch at most 4).
+_WIDE_RELOCATIONS = {EM_X86_64: frozenset({1, 24, 25, 29}), EM_AARCH64: frozenset({257, 260})}
+
+_LIBM = (
+    "acos asin atan atan2 acosh asinh atanh cos sin tan cosh sinh tanh exp exp2 exp10 expm1 log log2 log10 log1p "
+    "pow sqrt cbrt hypot erf erfc tgamma lgamma fmod remainder floor ceil trunc round roundeven rint nearbyint "
+    "lround llround lrint llrint fabs fmin fmax fma ldexp frexp modf copysign nextafter sincos"
+).split()
+#: The routines a module may import, derived from what ember's code generators emit:
+#: ``codegen/llvm.py`` (libm's ``LIBM_UNARY``; LLVM lowers the ``llvm.exp``/``log``/``sin``/
+#: ``pow``/``frem``/rounding intrinsics of ``LLVM_UNARY`` to libm calls, and may merge sin and cos
+#: into ``sincos``; ``malloc``/``free`` for heap scratch buffers), ``backends/cpu/codegen.py``
+#: (libgomp's ``GOMP_parallel``, ``omp_get_thread_num``, ``omp_get_num_threads``), LLVM's own
+#: lowering (``memcpy``/``memset``/``memmove`` for copy and fill loops) and the compiler-rt /
+#: libgcc conversion routines for half, bfloat16 and 128-bit integer arithmetic on CPUs without
+#: instructions for them. Each libm name is allowed in its double and float (``f``) forms.
+ALLOWED_IMPORTS: frozenset[str] = frozenset(
+    [*_LIBM, *(n + "f" for n in _LIBM)]
+    + ["GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads",
+       "malloc", "free", "memcpy", "memset", "memmove",
+       "__truncdfhf2", "__truncsfhf2", "__extendhfsf2", "__extendhfdf2", "__gnu_h2f_ieee", "__gnu_f2h_ieee",
+       "__truncsfbf2", "__truncdfbf2", "__extendbfsf2",
+       "__powisf2", "__powidf2", "__divti3", "__udivti3", "__modti3", "__umodti3", "__multi3",
+       "__floattisf", "__floattidf", "__floatuntisf", "__floatuntidf", "__fixsfti", "__fixdfti",
+       "__fixunssfti", "__fixunsdfti", "__floatdihf", "__floatundihf", "__floattihf", "__floatuntihf"]
+)
+
+
+@dataclass
+class _Section:
+    index: int
+    name: str
+    type: int
+    flags: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    entsize: int
+
+
+def host_machine() -> int | None:
+    """The ELF ``e_machine`` of this host (x86-64: 62, AArch64: 183), or None for others."""
+    m = platform.machine().lower()
+    if m in ("x86_64", "amd64"):
+        return EM_X86_64
+    if m in ("aarch64", "arm64"):
+        return EM_AARCH64
+    return None
+
+
+def _bad(msg: str) -> ModelFormatError:
+    return ModelFormatError(f"the CPU module's object code {msg}")
+
+
+def _string(obj: bytes, table: _Section, index: int, what: str) -> str:
+    """The NUL-terminated string at ``index`` of string table ``table`` (already checked to end
+    with a NUL)."""
+    if not 0 <= index < table.size:
+        raise _bad(f"names {what} with string index {index}, outside its string table ({table.size} bytes)")
+    start = table.offset + index
+    end = obj.index(b"\0", start, table.offset + table.size)
+    try:
+        return obj[start:end].decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise _bad(f"names {what} with a name that is not ASCII") from exc
+
+
+def _sections(obj: bytes) -> list[_Section]:
+    """The section table, every entry's bounds checked, names resolved."""
+    if len(obj) < 64 or obj[:4] != b"\x7fELF":
+        raise _bad("is not an ELF file")
+    if obj[4] != 2 or obj[5] != 1 or obj[6] != 1:
+        raise _bad("is not an ELF64 little-endian (version 1) object")
+    e_type, e_machine, e_version = struct.unpack_from("<HHI", obj, 0x10)
+    if e_type != _ET_REL:
+        raise _bad(f"is an ELF file of type {e_type}, not a relocatable object (ET_REL)")
+    want = host_machine()
+    if want is None or e_machine != want:
+        raise _bad(f"is for ELF machine {e_machine}, not this host ({platform.machine()})")
+    if e_version != 1:
+        raise _bad(f"has ELF version {e_version}")
+    _entry, phoff, shoff, _flags = struct.unpack_from("<QQQI", obj, 0x18)
+    ehsize, phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from("<HHHHHH", obj, 0x34)
+    if ehsize != 64 or phnum != 0 or phoff != 0:
+        raise _bad("has an ELF header of the wrong size or program headers (a relocatable object has none)")
+    if shentsize != 64 or not 1 <= shnum < _SHN_LORESERVE or shoff < 64 or shoff + shnum * 64 > len(obj):
+        raise _bad(f"has a section table outside the file ({shnum} entries of {shentsize} bytes at {shoff}, "
+                   f"file of {len(obj)} bytes)")
+    if not 0 < shstrndx < shnum:
+        raise _bad(f"names section {shstrndx} as its section-name table, out of range")
+    raw = []
+    for k in range(shnum):
+        raw.append(struct.unpack_from("<IIQQQQIIQQ", obj, shoff + 64 * k))
+    secs = []
+    for k, (_name, stype, flags, _addr, off, size, link, info, _align, entsize) in enumerate(raw):
+        if k and stype != _SHT_NOBITS and (off > len(obj) or size > len(obj) - off):
+            raise _bad(f"has section {k} ({size} bytes at {off}) outside the file ({len(obj)} bytes)")
+        secs.append(_Section(k, "", stype, flags, off, size, link, info, entsize))
+    _check_strtab(obj, secs[shstrndx], "the section-name table")
+    for s, r in zip(secs, raw):
+        if s.index:
+            s.name = _string(obj, secs[shstrndx], r[0], f"section {s.index}")
+    return secs
+
+
+def _check_strtab(obj: bytes, s: _Section, what: str) -> None:
+    if s.type != _SHT_STRTAB or s.size == 0 or obj[s.offset + s.size - 1] != 0:
+        raise _bad(f"has {what} (section {s.index}) that is not a NUL-terminated string table")
+
+
+def _check_load_time_code(secs: list[_Section]) -> None:
+    for s in secs:
+        if s.type in (_SHT_INIT_ARRAY, _SHT_FINI_ARRAY, _SHT_PREINIT_ARRAY) or s.name in _LOAD_TIME_NAMES \
+                or s.name.startswith(_LOAD_TIME_PREFIXES):
+            raise _bad(f"has a section {s.name!r} (type {s.type}) of code run at load or unload time "
+                       "(constructors); ember never writes one")
+        if s.flags & _SHF_TLS:
+            raise _bad(f"has a thread-local section {s.name!r}; ember never writes one")
+
+
+@dataclass
+class _Symbol:
+    name: str
+    bind: int
+    type: int
+    shndx: int
+    value: int
+    size: int
+
+
+def _symbols(obj: bytes, secs: list[_Section], s: _Section) -> list[_Symbol]:
+    if s.entsize != 24 or s.size % 24:
+        raise _bad(f"has a symbol table {s.name!r} with entries of {s.entsize} bytes")
+    if not 0 < s.link < len(secs):
+        raise _bad(f"has a symbol table {s.name!r} whose string table is section {s.link}, out of range")
+    strtab = secs[s.link]
+    _check_strtab(obj, strtab, f"the string table of {s.name!r}")
+    out = []
+    for j, (st_name, st_info, _other, shndx, value, size) in enumerate(
+            struct.iter_unpack("<IBBHQQ", obj[s.offset:s.offset + s.size])):
+        if j == 0:
+            out.append(_Symbol("", 0, 0, 0, 0, 0))
+            continue
+        name = _string(obj, strtab, st_name, f"symbol {j}")
+        bind, stype = st_info >> 4, st_info & 0xF
+        if stype == _STT_GNU_IFUNC:
+            raise _bad(f"has an IFUNC symbol {name!r}, whose resolver would run at load time")
+        if stype == _STT_TLS:
+            raise _bad(f"has a thread-local symbol {name!r}; ember never writes one")
+        if shndx not in (_SHN_UNDEF, _SHN_ABS, _SHN_COMMON) and not 0 < shndx < len(secs):
+            raise _bad(f"has symbol {name!r} in section {shndx}, out of range")
+        if 0 < shndx < len(secs) and secs[shndx].type != _SHT_NOBITS and value > secs[shndx].size:
+            raise _bad(f"has symbol {name!r} past the end of its section")
+        out.append(_Symbol(name, bind, stype, shndx, value, size))
+    return out
+
+
+def _check_relocations(obj: bytes, secs: list[_Section], s: _Section, symtabs: dict[int, list[_Symbol]],
+                       machine: int) -> None:
+    width = 24 if s.type == _SHT_RELA else 16
+    if s.entsize != width or s.size % width:
+        raise _bad(f"has a relocation section {s.name!r} with entries of {s.entsize} bytes")
+    syms = symtabs.get(s.link)
+    if syms is None:
+        raise _bad(f"has a relocation section {s.name!r} whose symbol table is section {s.link}")
+    if not 0 < s.info < len(secs):
+        raise _bad(f"has a relocation section {s.name!r} for section {s.info}, out of range")
+    target = secs[s.info]
+    if target.type == _SHT_NOBITS:
+        raise _bad(f"has a relocation section {s.name!r} for {target.name!r}, which holds no data")
+    allowed = _RELOCATIONS[machine]
+    wide = _WIDE_RELOCATIONS[machine]
+    body = obj[s.offset:s.offset + s.size]
+    entries = struct.iter_unpack("<QQ", body) if width == 16 else \
+        ((o, i) for o, i, _a in struct.iter_unpack("<QQq", body))
+    for offset, info in entries:
+        rtype, sym = info & 0xFFFFFFFF, info >> 32
+        if rtype not in allowed:
+            raise _bad(f"has a relocation of type {rtype} in {s.name!r}, which the in-process linker does not "
+                       "implement")
+        if sym >= len(syms):
+            raise _bad(f"has a relocation in {s.name!r} naming symbol {sym}, out of range")
+        nbytes = 8 if rtype in wide else 4
+        if offset > target.size or target.size - offset < nbytes:
+            raise _bad(f"has a relocation in {s.name!r} at offset {offset}, outside {target.name!r}")
+
+
+def _check_eh_frame(obj: bytes, s: _Section) -> None:
+    """The framing of an unwind table (registered with the unwinder at load): every record's
+    length inside the section, every FDE's CIE pointer at a CIE start before it."""
+    data = obj[s.offset:s.offset + s.size]
+    pos, starts = 0, set()
+    while pos < len(data):
+        if len(data) - pos < 4:
+            raise _bad(f"has an unwind table {s.name!r} that ends inside a record")
+        (length,) = struct.unpack_from("<I", data, pos)
+        if length == 0:
+            pos += 4
+            continue
+        if length == 0xFFFFFFFF or length < 4 or length > len(data) - pos - 4:
+            raise _bad(f"has an unwind table {s.name!r} with a record of bad length at {pos}")
+        (cie_ptr,) = struct.unpack_from("<I", data, pos + 4)
+        if cie_ptr == 0:
+            starts.add(pos)
+        elif pos + 4 - cie_ptr not in starts:
+            raise _bad(f"has an unwind table {s.name!r} whose record at {pos} points to no CIE")
+        pos += 4 + length
+
+
+def check_object(obj: bytes, functions: list[str]) -> list[str]:
+    """Check that ``obj`` is an ELF64 little-endian relocatable object for this host's machine
+    that ember could have written: header and section table consistent and inside the file,
+    string tables NUL-terminated, symbol tables, relocations and unwind tables in bounds, no
+    load-time code (constructor/destructor sections, ``.init``/``.fini``, IFUNC or TLS
+    symbols), every name in ``functions`` a defined global function in an executable section,
+    and every imported symbol on :data:`ALLOWED_IMPORTS`. Returns the imported symbols; raises
+    ModelFormatError naming the first problem."""
+    machine = host_machine()
+    secs = _sections(obj)
+    assert machine is not None  # _sections rejects other hosts
+    _check_load_time_code(secs)
+    symtabs: dict[int, list[_Symbol]] = {}
+    for s in secs:
+        if s.type == _SHT_DYNSYM:
+            raise _bad("has a dynamic symbol table (a relocatable object has none)")
+        if s.type == _SHT_SYMTAB:
+            symtabs[s.index] = _symbols(obj, secs, s)
+    if len(symtabs) != 1:
+        raise _bad(f"has {len(symtabs)} symbol tables, not one")
+    for s in secs:
+        if s.type in (_SHT_RELA, _SHT_REL):
+            _check_relocations(obj, secs, s, symtabs, machine)
+        elif s.name == ".eh_frame":
+            _check_eh_frame(obj, s)
+    (syms,) = symtabs.values()
+    defined = {}
+    imports: list[str] = []
+    for sym in syms[1:]:
+        if sym.bind not in (_STB_GLOBAL, _STB_WEAK) or not sym.name:
+            continue
+        if sym.shndx == _SHN_UNDEF:
+            imports.append(sym.name)
+        else:
+            defined[sym.name] = sym
+    for name in functions:
+        sym = defined.get(name)
+        if sym is None or sym.type != _STT_FUNC or not 0 < sym.shndx < len(secs) \
+                or not secs[sym.shndx].flags & _SHF_EXECINSTR:
+            raise _bad(f"does not define the function {name} (a global function in a code section)")
+    for name in imports:
+        if name not in ALLOWED_IMPORTS:
+            raise _bad(f"imports the symbol {name!r}, which is not one of the math and runtime routines ember's "
+                       "code calls")
+    return imports
 
 
 def undefined_symbols(obj: bytes) -> list[str]:
     """Names of the global symbols that the ELF64 little-endian relocatable object ``obj`` uses
-    but does not define. Returns an empty list for anything that is not such an object."""
-    if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+    but does not define (in symbol-table order). Returns an empty list for anything that is not
+    a well-formed relocatable object for this host."""
+    try:
+        secs = _sections(obj)
+        names: list[str] = []
+        for s in secs:
+            if s.type == _SHT_SYMTAB:
+                names.extend(x.name for x in _symbols(obj, secs, s)[1:]
+                             if x.shndx == _SHN_UNDEF and x.bind in (_STB_GLOBAL, _STB_WEAK) and x.name)
+        return names
+    except ModelFormatError:
         return []
-    shoff = struct.unpack_from("<Q", obj, 0x28)[0]
-    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
-    if shoff == 0 or shentsize < 64 or shoff + shnum * shentsize > len(obj):
-        return []
-    sections = []
-    for k in range(shnum):
-        off = shoff + k * shentsize
-        _name, stype, _flags, _addr, soff, size, link, _info, _align, entsize = struct.unpack_from(
-            "<IIQQQQIIQQ", obj, off
-        )
-        sections.append((stype, soff, size, link, entsize))
-    names: list[str] = []
-    for stype, soff, size, link, entsize in sections:
-        if stype != _SHT_SYMTAB or entsize < 24 or link >= len(sections):
-            continue
-        str_off, str_size = sections[link][1], sections[link][2]
-        for j in range(1, size // entsize):
-            st_name, st_info, _other, st_shndx = struct.unpack_from("<IBBH", obj, soff + j * entsize)
-            binding = st_info >> 4
-            if st_shndx != _SHN_UNDEF or binding == 0 or st_name == 0 or st_name >= str_size:
-                continue
-            start = str_off + st_name
-            end = obj.index(b"\0", start)
-            names.append(obj[start:end].decode("utf-8", "replace"))
-    return names
-
-
-def check_object(obj: bytes, functions: list[str]) -> list[str]:
-    """Check that ``obj`` is an ELF64 relocatable object for this machine that defines
-    ``functions``; returns the symbols it imports. Raises ModelFormatError otherwise.
-
-    (Minimal check; the full header, section and symbol-table validation is in progress.)"""
-    from ...errors import ModelFormatError
-
-    if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
-        raise ModelFormatError("the CPU module's object code is not an ELF64 little-endian object")
-    return undefined_symbols(obj)

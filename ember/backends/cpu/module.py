@@ -98,9 +98,12 @@ def _signatures(meta: Any) -> list[dict[str, Any]]:
 
 
 def load_parts(parts: dict[str, bytes], target: Any = None) -> CPUModule:
-    """A runnable module from CPU parts. Raises ModelFormatError when the description or the
-    object is not what ember writes; ToolchainError when the object needs a routine this process
-    lacks. Nothing in the object runs before a function is called."""
+    """A runnable module from CPU parts (untrusted: a fresh build, a cache entry or a file).
+    Checks the description (format, target, every signature field: :mod:`.signature`) and the
+    object (:func:`.elf.check_object`: structure, no load-time code, only allowlisted imports)
+    before LLVM sees them; raises ModelFormatError when either is not what ember writes, and
+    ToolchainError when the object needs an allowlisted routine this process lacks. Nothing in
+    the object runs before a function is called."""
     import llvmlite.binding as llvm
 
     from ...target import Target
@@ -111,16 +114,23 @@ def load_parts(parts: dict[str, bytes], target: Any = None) -> CPUModule:
     try:
         meta = json.loads(parts["module.json"])
         obj = parts["module.o"]
-    except (KeyError, ValueError, UnicodeDecodeError) as exc:
+    except (KeyError, ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ModelFormatError(f"the CPU module's parts are incomplete or unreadable ({exc})") from exc
     if not isinstance(meta, dict) or meta.get("format") != CPU_FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise ModelFormatError(f"the CPU module has format {got!r}; this ember reads {CPU_FORMAT}")
     sigs = _signatures(meta)
+    named = meta.get("target", "llvm")
+    if not isinstance(named, str):
+        raise ModelFormatError("the CPU module's target is not a target string")
     try:
-        tgt = Target(target or meta.get("target", "llvm"))
+        tgt = Target(target or named)
     except EmberError as exc:
         raise ModelFormatError(f"the CPU module names a bad target: {exc}") from exc
+    if tgt.kind != "llvm":
+        raise ModelFormatError(f"the CPU module names the target {named!r}, which is not a CPU target")
+    if not isinstance(obj, bytes):
+        raise ModelFormatError("the CPU module's object code is not bytes")
     loop_ir = meta.get("loop_ir") if isinstance(meta.get("loop_ir"), str) else "# loop IR not kept"
     llvm_ir = parts.get("module.ll", b"; LLVM IR not kept").decode("utf-8", "replace")
     undefined = check_object(obj, [s["name"] for s in sigs])
@@ -136,8 +146,11 @@ def load_parts(parts: dict[str, bytes], target: Any = None) -> CPUModule:
         )
     tm = target_machine(tgt)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-    engine.finalize_object()
+    try:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+    except RuntimeError as exc:
+        raise ModelFormatError(f"LLVM rejected the CPU module's object code: {exc}") from exc
     addresses = {}
     for sig in sigs:
         addr = engine.get_function_address(sig["name"])

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ...codegen.llvm import signature_vars
-from ...errors import CodegenError, ModelFormatError
+from ...errors import CodegenError, EmberError, ModelFormatError
 from ...ir import expr as E
 from ...ir.buffer import Buffer
 from ...ir.stmt import PrimFunc
 from ...ir.verify import verify
 from ...lower.gpu import HostPlan, split_host_device
+from ...runtime.size_expr import to_tree
 from ...target import Target
 
 _PARAM_TYPE = {("int", 32): "i32", ("int", 64): "i64", ("uint", 32): "u32", ("uint", 64): "u64",
@@ -26,14 +27,14 @@ _PARAM_TYPE = {("int", 32): "i32", ("int", 64): "i64", ("uint", 32): "u32", ("ui
 
 
 def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict[str, int]) -> dict[str, Any]:
-    """The host plan in the JSON form the runtime reads (launch sizes as Python source)."""
-    from .module import expr_to_python
-
+    """The host plan in the JSON form the runtime reads: kernels (name, grid as expression
+    trees over the signature's sizes, block, shared memory, parameter types, arguments), steps
+    and workspaces (byte counts as expression trees; see :mod:`ember.runtime.size_expr`).
+    Raises CodegenError when a launch size is not an integer expression of the sizes."""
     func = plan.func
     bufs = [p for p in func.params if isinstance(p, Buffer)]
     buf_index = {b.data: i for i, b in enumerate(bufs)}
     scal = signature_vars(func)
-    names = {v: f"s[{i}]" for i, v in enumerate(scal)}
     scal_index = {v: i for i, v in enumerate(scal)}
     workspaces: list[Buffer] = [b for op, b in plan.steps if op == "alloc"]
     ws_index = {b.data: i for i, b in enumerate(workspaces)}
@@ -64,7 +65,7 @@ def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict
             ptypes.append(t)
         aligned = [args[i][1] for i in vector_params.get(k.name, []) if args[i][0] == "arg"]
         kernels.append({
-            "name": k.name, "grid": [expr_to_python(g, names) for g in k.grid], "block": list(k.block),
+            "name": k.name, "grid": [_tree(g, scal_index, k.name) for g in k.grid], "block": list(k.block),
             "shared_bytes": k.shared_bytes, "dynamic_shared": dynamic.get(k.name, 0), "param_types": ptypes,
             "args": args, "aligned_args": aligned,
         })
@@ -73,12 +74,19 @@ def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict
         total: E.PrimExpr = E.const(max(1, b.dtype.bits // 8), "int64")
         for d in b.shape:
             total = total * E.cast("int64", d)
-        ws.append({"name": b.name, "nbytes": expr_to_python(total, names)})
+        ws.append({"name": b.name, "nbytes": _tree(total, scal_index, b.name)})
     return {"kernels": kernels, "steps": steps, "workspaces": ws}
 
 
+def _tree(e: E.PrimExpr, index: dict[E.Var, int], what: str) -> list[Any]:
+    try:
+        return to_tree(e, index)
+    except EmberError as exc:
+        raise CodegenError(f"{what}: {exc}") from exc
+
+
 #: Version of the GPU parts' ``module.json``.
-GPU_FORMAT = "ember-gpu-module/1"
+GPU_FORMAT = "ember-gpu-module/2"
 
 
 def compile_parts(funcs: list[PrimFunc], tgt: Target, compiler: Any) -> dict[str, bytes]:
@@ -118,17 +126,21 @@ def load_parts(parts: dict[str, bytes], kind: str,
                sources: Callable[[dict[str, Any], dict[str, bytes]], dict[str, Any]]) -> Any:
     """A GPU host module (with its device module) from parts written by :func:`compile_parts`;
     ``sources`` makes the device module's text formats from the description and the parts.
-    Checks every field first (ModelFormatError); the device binary is loaded by the driver on
-    first use, not here."""
+    The parts are untrusted (a fresh build, a cache entry or a file): every field of the
+    description is checked first (:func:`~.plan_check.check_gpu_meta`; launch sizes are
+    expression trees, compiled into closures, never evaluated as source) and the binary's
+    framing (:func:`check_binary`); anything else raises ModelFormatError. The device binary is
+    loaded by the driver on first use, not here."""
     from .module import DeviceModule, GPUHostModule
     from .plan_check import check_gpu_meta
 
     try:
         meta = json.loads(parts["module.json"])
         binary = parts["device.bin"]
-    except (KeyError, ValueError, UnicodeDecodeError) as exc:
+    except (KeyError, ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ModelFormatError(f"the GPU module's parts are incomplete or unreadable ({exc})") from exc
     check_gpu_meta(meta, kind, GPU_FORMAT)
+    check_binary(binary, meta["binary_format"])
     src = sources(meta, parts)
     kernel_ir = meta.get("kernel_ir", "")
     src["ir"] = lambda: kernel_ir
@@ -136,6 +148,26 @@ def load_parts(parts: dict[str, bytes], kind: str,
     host = GPUHostModule(kind, meta["sigs"], meta["plans"], dm, meta.get("host_ir", ""), meta.get("loop_ir", ""))
     host.parts = dict(parts)
     return host
+
+
+#: The device binary formats, and how each starts.
+BINARY_FORMATS = {"cubin": b"\x7fELF", "hsaco": b"\x7fELF", "ptx": b""}
+
+
+def check_binary(binary: Any, fmt: str) -> None:
+    """Raise ModelFormatError unless ``binary`` (bytes) looks like a device binary of format
+    ``fmt``: an ELF64 little-endian file for ``cubin``/``hsaco``, ASCII PTX text with a
+    ``.version`` and a ``.target`` directive for ``ptx``. (The driver validates the rest when
+    it loads the binary on first use.)"""
+    if fmt not in BINARY_FORMATS:
+        raise ModelFormatError(f"the GPU module's binary has the unknown format {fmt[:40]!r}")
+    if not isinstance(binary, bytes) or not binary:
+        raise ModelFormatError("the GPU module has no device binary")
+    if fmt == "ptx":
+        if not binary.isascii() or b".version" not in binary or b".target" not in binary or b"\0" in binary:
+            raise ModelFormatError("the GPU module's PTX is not PTX text")
+    elif binary[:4] != BINARY_FORMATS[fmt] or len(binary) < 64 or binary[4] != 2 or binary[5] != 1:
+        raise ModelFormatError(f"the GPU module's {fmt} is not an ELF64 little-endian file")
 
 
 def env_path(var: str) -> str | None:

@@ -2,7 +2,8 @@
 
 A GPU build returns a host module: calling it checks every argument (count, device, dtype, shape,
 alignment where the kernel uses 16-byte vector accesses), evaluates the grid of each kernel from
-the argument shapes with a Python function prepared at build time, allocates workspaces and
+the argument shapes (expression trees, :mod:`ember.runtime.size_expr`, compiled into closures
+when the module is loaded: nothing is evaluated from source), allocates workspaces and
 launches the kernels in order on the device's default stream. ``imported_modules[0]`` is the
 device module: ``get_source("llvm" | "ptx" | "asm")`` and ``get_binary()``.
 """
@@ -12,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import ArgumentError, EmberError
+from ...errors import ArgumentError
 from ...ir.dtype import DataType
 from ...runtime.gpu_array import GPUArray, empty
 from ...runtime.module import Function, Module
 from ...runtime.ndarray import Device
+from ...runtime.size_expr import compile_grid, compile_tree
 
 
 # -- compiled modules --------------------------------------------------------------------------------
@@ -52,45 +54,6 @@ class DeviceModule(Module):
         return f"<ember.DeviceModule {self.kind} {self.binary_format} kernels={self.kernel_names}>"
 
 
-def expr_to_python(e: Any, names: dict[Any, str]) -> str:
-    """Python source for integer expression ``e`` (variables named by ``names``)."""
-    from ...ir import expr as E
-
-    def go(x: Any) -> str:
-        if isinstance(x, E.IntImm):
-            return str(x.value)
-        if isinstance(x, E.Var):
-            if x not in names:
-                raise EmberError(f"the launch size uses {x.name}, which is not a size of any argument")
-            return names[x]
-        if isinstance(x, E.Cast):
-            return go(x.value)
-        ops = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%"}
-        for cls, op in ops.items():
-            if isinstance(x, cls):
-                return f"({go(x.a)} {op} {go(x.b)})"
-        if isinstance(x, E.Div):
-            return f"_tdiv({go(x.a)}, {go(x.b)})"
-        if isinstance(x, E.Min):
-            return f"min({go(x.a)}, {go(x.b)})"
-        if isinstance(x, E.Max):
-            return f"max({go(x.a)}, {go(x.b)})"
-        if isinstance(x, E.Select):
-            return f"({go(x.true_value)} if {go(x.condition)} else {go(x.false_value)})"
-        cmp = {E.LT: "<", E.LE: "<=", E.EQ: "==", E.NE: "!="}
-        for cls, op in cmp.items():
-            if isinstance(x, cls):
-                return f"({go(x.a)} {op} {go(x.b)})"
-        raise EmberError(f"the launch size {e} cannot be evaluated on the host ({type(x).__name__})")
-
-    return go(e)
-
-
-def _tdiv(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
 MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
@@ -106,12 +69,9 @@ class GPUFunction(Function):
         self._launchers: dict[int, list[Any]] = {}
         self._steps = plan["steps"]
         self._kernels = plan["kernels"]
-        env = {"_tdiv": _tdiv}
-        self._grid_fns = []
-        for k in self._kernels:
-            src = "lambda s: (" + ", ".join(k["grid"]) + ",)"
-            self._grid_fns.append(eval(src, env))  # noqa: S307 - source built by expr_to_python above
-        self._ws_fns = [eval("lambda s: " + w["nbytes"], env) for w in plan["workspaces"]]  # noqa: S307
+        # launch sizes: expression trees checked by check_gpu_meta, compiled once into closures
+        self._grid_fns = [compile_grid(k["grid"]) for k in self._kernels]
+        self._ws_fns = [compile_tree(w["nbytes"]) for w in plan["workspaces"]]
         self._nscal = nscal
         self._dev_index = 0
         super().__init__(sig, self._invoke_gpu, kind, module)
