@@ -150,3 +150,22 @@ def test_every_public_exception_is_importable_from_ember() -> None:
     for name in ("GraphError", "UnsupportedOpError", "FrontendError", "ModelFormatError", "OpError",
                  "TypeMismatchError", "PassError"):
         assert issubclass(getattr(ember, name), ember.EmberError)
+
+
+@pytest.mark.skipif(not ember.Target("llvm").triple.startswith("x86_64"), reason="x86-64 CPU models named")
+def test_the_targets_vector_width_picks_the_packing_not_the_hosts(rng) -> None:
+    """Weights are packed into panels two vector registers wide *of the target compiled for*."""
+    data = _mlp(rng, batch=16)  # big enough for the packed GEMM (M * N >= 256)
+
+    def panel_widths(model: ember.Model) -> set[int]:
+        return {v.shape[-1] for k, v in model.consts.items() if "__const" in k}
+
+    avx2 = ember.compile(data, target="llvm -mcpu=haswell", use_cache=False)
+    assert panel_widths(avx2) == {16}
+    if "avx2" in ember.Target("llvm").features:  # haswell code runs on any AVX2 machine
+        x = rng.standard_normal((16, 37)).astype(np.float32)
+        np.testing.assert_allclose(avx2(x)[0], _reference(data, x), rtol=1e-5, atol=1e-6)
+    avx512 = ember.compile(data, target="llvm -mcpu=skylake-avx512", use_cache=False)  # compiled, not run
+    assert panel_widths(avx512) == {32}
+    gpu = ember.compile(data, target="cuda -arch=sm_80", use_cache=False)
+    assert gpu.num_kernels >= 1  # GPU panels do not depend on this host either (tests/strategy)
