@@ -100,8 +100,44 @@ def _corrupt_empty(entry: Path) -> None:
         p.write_bytes(b"")
 
 
+def _resigned(entry: Path, name: str, data: bytes) -> None:
+    """Replace file ``name`` of the entry and recompute its digest: only content checks catch it."""
+    import hashlib
+    import json
+
+    (entry / name).write_bytes(data)
+    meta = json.loads((entry / "meta.json").read_text())
+    meta["files"][name] = hashlib.sha256(data).hexdigest()
+    (entry / "meta.json").write_text(json.dumps(meta))
+
+
+def _corrupt_truncate_resigned(entry: Path) -> None:
+    _resigned(entry, "module.o", (entry / "module.o").read_bytes()[:200])
+
+
+def _corrupt_section_table_resigned(entry: Path) -> None:
+    data = (entry / "module.o").read_bytes()
+    _resigned(entry, "module.o", data[:0x28] + (len(data) * 4).to_bytes(8, "little") + data[0x30:])
+
+
+def _corrupt_module_json_resigned(entry: Path) -> None:
+    _resigned(entry, "module.json", b'{"format": "ember-cpu-module/1", "functions": [{"name": 7}]}')
+
+
+def _corrupt_not_json_resigned(entry: Path) -> None:
+    _resigned(entry, "module.json", b"\xff\xfe not json")
+
+
+def _corrupt_half_written(entry: Path) -> None:
+    (entry / "meta.json").write_text('{"files": {"module.o": "')
+
+
 @pytest.mark.parametrize("corrupt", [_corrupt_truncate, _corrupt_flip, _corrupt_meta, _corrupt_missing,
-                                     _corrupt_empty], ids=["truncated", "bitflip", "meta", "missing", "empty"])
+                                     _corrupt_empty, _corrupt_truncate_resigned, _corrupt_section_table_resigned,
+                                     _corrupt_module_json_resigned, _corrupt_not_json_resigned,
+                                     _corrupt_half_written],
+                         ids=["truncated", "bitflip", "meta", "missing", "empty", "truncated-resigned",
+                              "section-table-resigned", "module-json-resigned", "not-json-resigned", "half-written"])
 def test_corrupt_entry_is_rebuilt(tmp_path, counter, corrupt):
     s, args = _schedule()
     ember.build(s, args, cache_dir=tmp_path)

@@ -284,6 +284,39 @@ def test_section_bounds_are_checked(saved, tmp_path) -> None:
         ember.load(_write(tmp_path / "bad.ember", members))
 
 
+def _relocation_edits(obj: bytes) -> dict[str, tuple[bytes, str]]:
+    """Edits of the first relocation of ``.rela.text`` (x86-64 objects)."""
+    from ember.backends.cpu import elf
+
+    secs = elf._sections(obj)
+    rela = next(x for x in secs if x.name == ".rela.text")
+    text = next(x for x in secs if x.name == ".text")
+    at = rela.offset
+    info = int.from_bytes(obj[at + 8:at + 16], "little")
+    sym = info >> 32
+    return {
+        "type": (_set_u64(obj, at + 8, (sym << 32) | 10), "type 10"),  # R_X86_64_32
+        "symbol": (_set_u64(obj, at + 8, (0xFFFF << 32) | (info & 0xFFFFFFFF)), "symbol 65535"),
+        "offset": (_set_u64(obj, at, text.size - 2), "outside"),
+        "addend": (_set_u64(obj, at + 16, 1 << 40), "addend"),
+        "flags": (_set_u64(obj, int.from_bytes(obj[0x28:0x30], "little") + 64 * text.index + 8, 0x806),
+                  "flags 0x806"),
+    }
+
+
+@pytest.mark.parametrize("case", ["type", "symbol", "offset", "addend", "flags"])
+def test_relocations_and_section_flags_are_checked(saved, tmp_path, case) -> None:
+    from ember.backends.cpu import elf
+
+    if elf.host_machine() != elf.EM_X86_64:
+        pytest.skip("the edits are written for x86-64 relocations")
+    members = _members(saved["cpu"])
+    data, message = _relocation_edits(members["module/module.o"])[case]
+    members["module/module.o"] = data
+    with pytest.raises(ModelFormatError, match=message):
+        ember.load(_write(tmp_path / "rel.ember", members))
+
+
 # -- (c) saving needs no C compiler ------------------------------------------------------------------
 def test_save_and_load_without_a_c_compiler(tmp_path, monkeypatch) -> None:
     empty = tmp_path / "bin"

@@ -6,6 +6,7 @@ Running them is tested on a GPU in tests/gpu/test_gpu_models.py."""
 
 from __future__ import annotations
 
+import json
 import zipfile
 
 import numpy as np
@@ -13,9 +14,9 @@ import pytest
 
 import ember
 from ember import te
+from ember.ops.util import shape as te_shape
 from ember.strategy.cpu import schedule_group
 from ember.strategy.gpu import lift_scalar_reductions
-from ember.ops.util import shape as te_shape
 
 onnx = pytest.importorskip("onnx", reason="the GPU model build tests build models with onnx")
 from onnx import TensorProto as T  # noqa: E402
@@ -67,6 +68,10 @@ def test_cuda_model_compiles_saves_and_loads_without_a_gpu(rng, tmp_path) -> Non
     again = ember.load(path)
     assert again.target == model.target and again.num_kernels == model.num_kernels
     assert again.module.imported_modules[0].get_binary() == model.module.imported_modules[0].get_binary()
+    # launch sizes are saved as expression trees (data), never as source code
+    meta = json.loads(zipfile.ZipFile(path).read("module/module.json"))
+    grids = [g for p in meta["plans"] for k in p["kernels"] for g in k["grid"]]
+    assert grids and all(isinstance(g, list) and g[0] in ("const", "var", "add", "floordiv", "mul") for g in grids)
     if not _has_cuda():
         with pytest.raises(ember.EmberError):
             again(rng.standard_normal((1, 3, 17, 19)).astype(np.float32))

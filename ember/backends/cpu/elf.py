@@ -22,30 +22,56 @@ from ...errors import ModelFormatError
 _SHT_SYMTAB, _SHT_STRTAB, _SHT_RELA, _SHT_NOBITS, _SHT_REL, _SHT_DYNSYM = 2, 3, 4, 8, 9, 11
 _SHT_INIT_ARRAY, _SHT_FINI_ARRAY, _SHT_PREINIT_ARRAY = 14, 15, 16
 _SHF_EXECINSTR, _SHF_TLS = 0x4, 0x400
+#: Section types in ember's objects: PROGBITS, SYMTAB, STRTAB, RELA, NOTE, NOBITS, the x86-64
+#: unwind table, LLVM's address-significance table (and the rejected ones, named below).
+_SECTION_TYPES = frozenset({1, 2, 3, 4, 7, 8, 9, 11, 14, 15, 16, 0x70000001, 0x6FFF4C03})
+#: Section flags in ember's objects: WRITE, ALLOC, EXECINSTR, MERGE, STRINGS, INFO_LINK (and TLS,
+#: rejected with its own message).
+_SECTION_FLAGS = 0x1 | 0x2 | 0x4 | 0x10 | 0x20 | 0x40 | 0x400
 _SHN_UNDEF, _SHN_LORESERVE, _SHN_ABS, _SHN_COMMON = 0, 0xFF00, 0xFFF1, 0xFFF2
 _STB_GLOBAL, _STB_WEAK = 1, 2
 _STT_FUNC, _STT_TLS, _STT_GNU_IFUNC = 2, 6, 10
+#: Symbol types a relocation may refer to: none (imports), object, function, section.
+_RELOCATABLE_TYPES = frozenset({0, 1, 2, 3})
 _ET_REL = 1
+#: Largest zero-filled (``.bss``) section and strictest section alignment accepted: the
+#: in-process linker allocates both, and ember's objects need far less.
+MAX_ZEROED_BYTES = 1 << 28
+MAX_ALIGN = 1 << 12
 EM_X86_64, EM_AARCH64 = 62, 183
 
 #: Sections that hold code run when an object is loaded or unloaded.
 _LOAD_TIME_PREFIXES = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors")
 _LOAD_TIME_NAMES = (".init", ".fini")
 
-#: Relocation types RuntimeDyld implements (and LLVM's ELF writer emits) per machine; anything
-#: else makes RuntimeDyld abort the process.
+#: Relocation types LLVM's ELF writer emits for ember's position-independent code and that
+#: RuntimeDyld implements without range assertions it cannot keep for any addend, per machine
+#: (an unimplemented type, or an LLVM assertion, aborts the process).
 _RELOCATIONS = {
-    # NONE 64 PC32 PLT32 GOTPCREL 32 32S PC8 PC64 GOTOFF64 GOTPC32 GOTPC64 GOTPCRELX REX_GOTPCRELX
-    EM_X86_64: frozenset({0, 1, 2, 4, 9, 10, 11, 15, 24, 25, 26, 29, 41, 42}),
+    # NONE 64 PC32 PLT32 GOTPCREL PC64 GOTPCRELX REX_GOTPCRELX
+    EM_X86_64: frozenset({0, 1, 2, 4, 9, 24, 41, 42}),
     # NONE ABS64 ABS32 ABS16 PREL64 PREL32 PREL16 MOVW_UABS_G0_NC G1_NC G2_NC G3 LD_PREL_LO19
     # ADR_PREL_LO21 ADR_PREL_PG_HI21 ADD_ABS_LO12_NC LDST8 TSTBR14 CONDBR19 JUMP26 CALL26
     # LDST16 LDST32 LDST64 LDST128 ADR_GOT_PAGE LD64_GOT_LO12_NC PLT32
     EM_AARCH64: frozenset({0, 256, 257, 258, 259, 260, 261, 262, 264, 266, 268, 269, 273, 274, 275, 277, 278,
                            279, 280, 282, 283, 284, 285, 286, 299, 311, 312, 314}),
 }
+#: The types above that may name an imported symbol: calls through a stub, addresses through the
+#: GOT, 64-bit absolute addresses (a 32-bit PC-relative reference to a routine in a library
+#: does not reach it, and RuntimeDyld asserts).
+_IMPORT_RELOCATIONS = {
+    EM_X86_64: frozenset({0, 1, 4, 9, 41, 42}),
+    EM_AARCH64: frozenset({0, 256, 257, 282, 283, 311, 312}),
+}
+#: The types for which RuntimeDyld also adds the bytes already at the place to the addend
+#: (x86-64 PC32, PLT32 to a local symbol, PC64).
+_IMPLICIT_ADDEND = {EM_X86_64: frozenset({2, 4, 24})}
+#: Largest addend accepted beyond the object's own size: a relocation refers to a place in the
+#: object (or a routine, with a small addend); larger addends overflow 32-bit fields.
+_ADDEND_SLACK = 1 << 12
 
 #: The relocation types above that patch 8 bytes (the others patch at most 4).
-_WIDE_RELOCATIONS = {EM_X86_64: frozenset({1, 24, 25, 29}), EM_AARCH64: frozenset({257, 260})}
+_WIDE_RELOCATIONS = {EM_X86_64: frozenset({1, 24}), EM_AARCH64: frozenset({257, 260})}
 
 _LIBM = (
     "acos asin atan atan2 acosh asinh atanh cos sin tan cosh sinh tanh exp exp2 exp10 expm1 log log2 log10 log1p "
@@ -139,9 +165,18 @@ def _sections(obj: bytes) -> list[_Section]:
     for k in range(shnum):
         raw.append(struct.unpack_from("<IIQQQQIIQQ", obj, shoff + 64 * k))
     secs = []
-    for k, (_name, stype, flags, _addr, off, size, link, info, _align, entsize) in enumerate(raw):
+    for k, (_name, stype, flags, _addr, off, size, link, info, align, entsize) in enumerate(raw):
         if k and stype != _SHT_NOBITS and (off > len(obj) or size > len(obj) - off):
             raise _bad(f"has section {k} ({size} bytes at {off}) outside the file ({len(obj)} bytes)")
+        if k and stype not in _SECTION_TYPES:
+            raise _bad(f"has section {k} of type {stype:#x}, which ember's objects do not have")
+        if flags & ~_SECTION_FLAGS:
+            raise _bad(f"has section {k} with flags {flags:#x} ember's objects do not use (compressed, TLS, "
+                       "OS- or processor-specific)")
+        if stype == _SHT_NOBITS and size > MAX_ZEROED_BYTES:
+            raise _bad(f"has a zero-filled section {k} of {size} bytes (at most {MAX_ZEROED_BYTES})")
+        if align > MAX_ALIGN or align & (align - 1):
+            raise _bad(f"has section {k} aligned to {align} bytes (a power of two up to {MAX_ALIGN})")
         secs.append(_Section(k, "", stype, flags, off, size, link, info, entsize))
     _check_strtab(obj, secs[shstrndx], "the section-name table")
     for s, r in zip(secs, raw):
@@ -194,7 +229,9 @@ def _symbols(obj: bytes, secs: list[_Section], s: _Section) -> list[_Symbol]:
             raise _bad(f"has an IFUNC symbol {name!r}, whose resolver would run at load time")
         if stype == _STT_TLS:
             raise _bad(f"has a thread-local symbol {name!r}; ember never writes one")
-        if shndx not in (_SHN_UNDEF, _SHN_ABS, _SHN_COMMON) and not 0 < shndx < len(secs):
+        if shndx == _SHN_COMMON:
+            raise _bad(f"has a common symbol {name!r}; ember never writes one")
+        if shndx not in (_SHN_UNDEF, _SHN_ABS) and not 0 < shndx < len(secs):
             raise _bad(f"has symbol {name!r} in section {shndx}, out of range")
         if 0 < shndx < len(secs) and secs[shndx].type != _SHT_NOBITS and value > secs[shndx].size:
             raise _bad(f"has symbol {name!r} past the end of its section")
@@ -204,8 +241,9 @@ def _symbols(obj: bytes, secs: list[_Section], s: _Section) -> list[_Symbol]:
 
 def _check_relocations(obj: bytes, secs: list[_Section], s: _Section, symtabs: dict[int, list[_Symbol]],
                        machine: int) -> None:
-    width = 24 if s.type == _SHT_RELA else 16
-    if s.entsize != width or s.size % width:
+    if s.type != _SHT_RELA:
+        raise _bad(f"has a relocation section {s.name!r} without addends (SHT_REL); LLVM writes SHT_RELA")
+    if s.entsize != 24 or s.size % 24:
         raise _bad(f"has a relocation section {s.name!r} with entries of {s.entsize} bytes")
     syms = symtabs.get(s.link)
     if syms is None:
@@ -215,21 +253,35 @@ def _check_relocations(obj: bytes, secs: list[_Section], s: _Section, symtabs: d
     target = secs[s.info]
     if target.type == _SHT_NOBITS:
         raise _bad(f"has a relocation section {s.name!r} for {target.name!r}, which holds no data")
-    allowed = _RELOCATIONS[machine]
-    wide = _WIDE_RELOCATIONS[machine]
-    body = obj[s.offset:s.offset + s.size]
-    entries = struct.iter_unpack("<QQ", body) if width == 16 else \
-        ((o, i) for o, i, _a in struct.iter_unpack("<QQq", body))
-    for offset, info in entries:
+    allowed, imports = _RELOCATIONS[machine], _IMPORT_RELOCATIONS[machine]
+    wide, implicit = _WIDE_RELOCATIONS[machine], _IMPLICIT_ADDEND.get(machine, frozenset())
+    bound = len(obj) + _ADDEND_SLACK
+    for offset, info, addend in struct.iter_unpack("<QQq", obj[s.offset:s.offset + s.size]):
         rtype, sym = info & 0xFFFFFFFF, info >> 32
         if rtype not in allowed:
-            raise _bad(f"has a relocation of type {rtype} in {s.name!r}, which the in-process linker does not "
-                       "implement")
+            raise _bad(f"has a relocation of type {rtype} in {s.name!r}, which ember's code does not use")
         if sym >= len(syms):
             raise _bad(f"has a relocation in {s.name!r} naming symbol {sym}, out of range")
+        if sym:
+            ref = syms[sym]
+            if ref.type not in _RELOCATABLE_TYPES:
+                raise _bad(f"has a relocation in {s.name!r} to symbol {sym} of type {ref.type}, which names no code "
+                           "or data")
+            if ref.shndx == _SHN_UNDEF:
+                if ref.bind not in (_STB_GLOBAL, _STB_WEAK) or not ref.name:
+                    raise _bad(f"has a relocation in {s.name!r} to the undefined local symbol {sym}")
+                if rtype not in imports:
+                    raise _bad(f"has a relocation of type {rtype} in {s.name!r} to the imported symbol "
+                               f"{ref.name!r}, which cannot reach it")
+            elif not 0 < ref.shndx < len(secs):
+                raise _bad(f"has a relocation in {s.name!r} to symbol {sym}, which is in no section")
         nbytes = 8 if rtype in wide else 4
         if offset > target.size or target.size - offset < nbytes:
             raise _bad(f"has a relocation in {s.name!r} at offset {offset}, outside {target.name!r}")
+        if rtype in implicit:  # RuntimeDyld adds the bytes at the place to the addend
+            addend += int.from_bytes(obj[target.offset + offset:target.offset + offset + nbytes], "little")
+        if not -bound <= addend <= bound:
+            raise _bad(f"has a relocation in {s.name!r} with the addend {addend}, far outside the object")
 
 
 def _check_eh_frame(obj: bytes, s: _Section) -> None:
