@@ -258,3 +258,40 @@ def test_efficientnet_lite0_real_weights_on_gpu(cuda_dev) -> None:
     out = compiled(x)[0]
     assert _rel_err(out, ref) <= 1e-4
     assert int(np.argmax(out)) == 282  # "tiger cat"
+
+
+def test_one_gpu_model_serves_many_threads(cuda_dev, rng) -> None:
+    """4 threads x 50 calls on one model compiled for the GPU on the main thread, each with its
+    own inputs: every answer right (the CUDA context used to be current on the compiling thread
+    only, and kernel argument buffers were shared without a lock)."""
+    import threading
+
+    w = rng.standard_normal((64, 48)).astype(np.float32)
+    model = _model([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])],
+                   [h.make_tensor_value_info("x", T.FLOAT, [33, 64])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+                   [nh.from_array(w, "w")])
+    compiled = ember.compile(model, target="cuda")
+    inputs = [rng.standard_normal((33, 64)).astype(np.float32) for _ in range(6)]
+    wants = [np.maximum(x.astype(np.float64) @ w, 0) for x in inputs]
+    wrong: list[float] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def work(tid: int) -> None:
+        try:
+            start.wait()
+            for k in range(50):
+                j = (tid + k) % len(inputs)
+                err = _rel_err(compiled(inputs[j])[0], wants[j])
+                if err > 1e-5:  # fp32 products of 64 terms against float64
+                    wrong.append(err)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert not wrong, f"{len(wrong)} of 200 answers wrong, worst {max(wrong)}"
