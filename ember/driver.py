@@ -24,6 +24,7 @@ import numpy as np
 from . import cache as compile_cache
 from .backends import backend_for, build_functions
 from .errors import EmberError
+from .graph.alter_layout import AlterLayout
 from .graph.ir import Graph
 from .graph.passes import Fuse, default_graph_pipeline, infer_and_fold
 from .ir import expr as E
@@ -37,6 +38,7 @@ from .model.program import Program
 from .model.progress import Progress
 from .ops.registry import NeedValue
 from .runtime.module import Module
+from .strategy.base import strategy_for
 from .target import Target
 from .te.schedule import Schedule
 from .te.tensor import Tensor
@@ -89,6 +91,9 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
     tgt = backend_for(target).resolve(Target(target))
     progress = Progress(delay=0.0 if verbose else 1.0)
     g = optimize(graph, progress)
+    policy = strategy_for(tgt).layout_policy()
+    if policy is not None:  # the target's layouts, then folding of the transformed constants
+        g = optimize(AlterLayout(policy)(g), progress)
     groups = Fuse(enabled=fuse_ops)(g).groups
     funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu, target=tgt)
     module = None

@@ -100,3 +100,9 @@ def _proto_errors() -> tuple[type[BaseException], ...]:
 #: The foreign exceptions that mean "these bytes are not a readable ONNX model"; the frontend
 #: turns them into :class:`ModelFormatError` at its boundary.
 PROTO_ERRORS = _proto_errors()
+
+
+class LayoutError(EmberError):
+    """A data layout is malformed (a layout string such as ``'NCHW16c'`` that does not parse) or
+    does not fit the tensor or node it is asked for (primal axes that differ from the tensor's
+    rank, layouts of different primal axes). Names the layout, the node and what is wrong."""

@@ -126,6 +126,7 @@ def _load_all() -> None:
             detection,
             elemwise,
             image,
+            layout_transform,
             linalg,
             loss,
             misc,

@@ -29,6 +29,7 @@ from ..target import Target
 from ..te import ComputeOp, IterVar, Tensor
 
 if TYPE_CHECKING:
+    from ..ops.layout_transform import LayoutPolicy
     from .space import ConfigEntity, ConfigSpace
 
 
@@ -91,6 +92,13 @@ class Strategy:
         """True when intermediate stage ``op`` is kept in a buffer the memory plan provides (a
         workspace argument of the kernel): stages flagged ``workspace``."""
         return op.workspace
+
+    def layout_policy(self) -> LayoutPolicy | None:
+        """The layouts this target wants graph nodes to run in (a
+        :class:`~ember.ops.layout_transform.LayoutPolicy`, applied by the graph pass
+        :class:`ember.graph.alter_layout.AlterLayout`), or None for no preference: the graph
+        keeps its layouts. The default is None."""
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.target})"
