@@ -39,7 +39,7 @@ def cache_dir(override: str | os.PathLike[str] | None = None) -> Path | None:
 
 #: Bumped whenever code generation changes what it emits for the same loop IR, so entries
 #: written by an older code generator are not reused.
-CODEGEN_REVISION = "4"
+CODEGEN_REVISION = "5"
 
 
 def cache_key(*parts: str) -> str:

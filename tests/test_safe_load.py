@@ -285,12 +285,13 @@ def test_section_bounds_are_checked(saved, tmp_path) -> None:
 
 
 def _relocation_edits(obj: bytes) -> dict[str, tuple[bytes, str]]:
-    """Edits of the first relocation of ``.rela.text`` (x86-64 objects)."""
+    """Edits of the first relocation of the code's relocation section (x86-64 objects: the large
+    code model's ``.rela.ltext``)."""
     from ember.backends.cpu import elf
 
     secs = elf._sections(obj)
-    rela = next(x for x in secs if x.name == ".rela.text")
-    text = next(x for x in secs if x.name == ".text")
+    rela = next(x for x in secs if x.name in (".rela.ltext", ".rela.text") and x.size)
+    text = next(x for x in secs if x.name == rela.name[len(".rela"):])
     at = rela.offset
     info = int.from_bytes(obj[at + 8:at + 16], "little")
     sym = info >> 32

@@ -162,6 +162,13 @@ def target_machine(target: Target, opt: int = 3) -> llvm.TargetMachine:
         t = llvm.Target.from_triple(target.triple)
     except RuntimeError as exc:
         raise CodegenError(f"LLVM has no backend for {target.triple}: {exc}") from exc
+    # x86-64: the large code model (every address 64-bit): MCJIT maps code and read-only data as
+    # separate allocations, which can land more than 2 GiB apart in a process with many libraries
+    # mapped; a 32-bit PC-relative reference between them then fails an assertion in RuntimeDyld,
+    # which aborts the process (seen on a 16-core Xeon host with torch loaded).
+    if target.triple.startswith("x86_64"):
+        return t.create_target_machine(cpu=target.mcpu, features=target.mattr, opt=opt, reloc="static",
+                                       codemodel="large")
     return t.create_target_machine(cpu=target.mcpu, features=target.mattr, opt=opt, reloc="pic", codemodel="default")
 
 

@@ -26,8 +26,10 @@ _SHF_EXECINSTR, _SHF_TLS = 0x4, 0x400
 #: unwind table, LLVM's address-significance table (and the rejected ones, named below).
 _SECTION_TYPES = frozenset({1, 2, 3, 4, 7, 8, 9, 11, 14, 15, 16, 0x70000001, 0x6FFF4C03})
 #: Section flags in ember's objects: WRITE, ALLOC, EXECINSTR, MERGE, STRINGS, INFO_LINK (and TLS,
-#: rejected with its own message).
+#: rejected with its own message), and on x86-64 SHF_X86_64_LARGE (the large code model's
+#: ``.ltext``/``.lrodata``, which ember's CPU code uses).
 _SECTION_FLAGS = 0x1 | 0x2 | 0x4 | 0x10 | 0x20 | 0x40 | 0x400
+_SHF_X86_64_LARGE = 0x10000000
 _SHN_UNDEF, _SHN_LORESERVE, _SHN_ABS, _SHN_COMMON = 0, 0xFF00, 0xFFF1, 0xFFF2
 _STB_GLOBAL, _STB_WEAK = 1, 2
 _STT_FUNC, _STT_TLS, _STT_GNU_IFUNC = 2, 6, 10
@@ -170,7 +172,7 @@ def _sections(obj: bytes) -> list[_Section]:
             raise _bad(f"has section {k} ({size} bytes at {off}) outside the file ({len(obj)} bytes)")
         if k and stype not in _SECTION_TYPES:
             raise _bad(f"has section {k} of type {stype:#x}, which ember's objects do not have")
-        if flags & ~_SECTION_FLAGS:
+        if flags & ~(_SECTION_FLAGS | (_SHF_X86_64_LARGE if e_machine == EM_X86_64 else 0)):
             raise _bad(f"has section {k} with flags {flags:#x} ember's objects do not use (compressed, TLS, "
                        "OS- or processor-specific)")
         if stype == _SHT_NOBITS and size > MAX_ZEROED_BYTES:
