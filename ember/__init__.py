@@ -24,7 +24,7 @@ from .errors import (  # noqa: E402
     TypeMismatchError,
     UnsupportedOpError,
 )
-from .lower import lower  # noqa: E402
+from .lowering import lower  # noqa: E402
 from .model import Model, TensorSpec  # noqa: E402
 from .runtime import Device, Module, NDArray, cpu, cuda, device, rocm  # noqa: E402
 from .target import Target  # noqa: E402

@@ -7,7 +7,7 @@ functions) both live here::
          ──backend build──▶ Module ──▶ Program + memory plan ──▶ ember.Model
 
 Every stage is a module of its own (``ember.frontend``, ``ember.graph.passes``,
-``ember.model.lowering``, ``ember.backends``, ``ember.model.memory_plan``); this module only
+``ember.model.group_lowering``, ``ember.backends``, ``ember.model.memory_plan``); this module only
 chains them, picks the model's kind (static, or specialised at call time when shapes depend on
 input values or the model has sequence/optional inputs) and consults the whole-model cache.
 """
@@ -29,9 +29,9 @@ from .graph.ir import Graph
 from .graph.passes import Fuse, default_graph_pipeline, infer_and_fold
 from .ir import expr as E
 from .ir.stmt import PrimFunc
-from .lower import lower
+from .lowering import lower
 from .model import cache as model_cache
-from .model.lowering import lower_groups
+from .model.group_lowering import lower_groups
 from .model.memory_plan import plan_memory
 from .model.model import Model
 from .model.program import Program

@@ -54,7 +54,7 @@ def _register(name: str, owner: str) -> None:
 def known_pass_names() -> list[str]:
     """The sorted names of every known pass: ember's loop and graph passes, every other
     :class:`Pass` subclass defined so far and every :class:`Sequential` created. (``import
-    ember`` loads ``ember.lower.passes`` and ``ember.graph.passes``, so their passes are always
+    ember`` loads ``ember.lowering.passes`` and ``ember.graph.passes``, so their passes are always
     known; this module imports neither, being below both.)"""
     with _KNOWN_LOCK:
         return sorted(_KNOWN)

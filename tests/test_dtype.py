@@ -9,7 +9,7 @@ import pytest
 
 from ember.errors import EmberError
 from ember.ir import dtype, promote
-from ember.ir.dtype import DataType
+from ember.ir.dtypes import DataType
 
 NUMPY_TYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                "float16", "float32", "float64"]

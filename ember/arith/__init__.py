@@ -2,6 +2,6 @@
 
 from .bound import const_bound, symbolic_interval
 from .linear import structural_equal, structural_key
-from .simplify import Analyzer, ceildiv, simplify
+from .simplifier import Analyzer, ceildiv, simplify
 
 __all__ = ["Analyzer", "ceildiv", "const_bound", "simplify", "structural_equal", "structural_key", "symbolic_interval"]

@@ -116,7 +116,7 @@ SymBound = tuple[E.PrimExpr, E.PrimExpr] | None
 def symbolic_interval(e: E.PrimExpr, relax: dict[E.Var, tuple[E.PrimExpr, E.PrimExpr]]) -> SymBound:
     """Symbolic inclusive bounds ``(lo, hi)`` of ``e`` when each var in ``relax`` takes any value in
     its ``(lo, hi)``; variables not in ``relax`` stay as they are. None when no bound is known."""
-    from .simplify import simplify
+    from .simplifier import simplify
 
     def go(x: E.PrimExpr) -> SymBound:
         if isinstance(x, E.Var):

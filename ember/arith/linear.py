@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir import expr as E
-from ..ir.dtype import DataType
+from ..ir.dtypes import DataType
 
 
 def structural_key(e: Any) -> Any:

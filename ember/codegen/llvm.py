@@ -21,7 +21,7 @@ from ..errors import CodegenError
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.buffer import Buffer
-from ..ir.dtype import DataType
+from ..ir.dtypes import DataType
 from ..ir.visitor import free_vars, post_order_visit
 from ..target import Target
 

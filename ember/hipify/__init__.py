@@ -10,6 +10,6 @@ from __future__ import annotations
 from .errors import HipifyError
 from .maps import table_sizes
 from .result import LintWarning, Reference, Result
-from .translate import translate
+from .translator import translate
 
 __all__ = ["HipifyError", "LintWarning", "Reference", "Result", "table_sizes", "translate"]

@@ -22,7 +22,7 @@ from .result import Result
 from .stats import format_text, summarize
 from .tokenizer import tokenize
 from .toolchain import DEFAULT_HIP_VERSION, HIP_VERSIONS
-from .translate import LAUNCH_SYNTAXES, local_declarations, translate
+from .translator import LAUNCH_SYNTAXES, local_declarations, translate
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_STRICT = 0, 1, 2, 3
 

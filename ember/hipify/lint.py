@@ -16,6 +16,7 @@ Rules (each warning has a line, the rule id, a message and a suggested fix):
 
 from __future__ import annotations
 
+import ast
 import re
 
 from .maps import CUDA_ONLY_PREFIXES, Maps
@@ -282,8 +283,28 @@ def _const_int(text: str) -> int | None:
     if not text or not re.fullmatch(r"[0-9\s+\-*()]+", text):
         return None
     try:
-        return int(eval(text, {"__builtins__": {}}, {}))  # noqa: S307 - digits and + - * ( ) only
-    except (SyntaxError, ValueError, TypeError):
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+
+    def ev(node: ast.AST) -> int:
+        # + - * on integer literals only (no **: a source file must not make us compute 9**9**9)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+            a, b = ev(node.left), ev(node.right)
+            v = a + b if isinstance(node.op, ast.Add) else a - b if isinstance(node.op, ast.Sub) else a * b
+            if abs(v) > 1 << 64:
+                raise ValueError("out of range")
+            return v
+        raise ValueError("not a constant integer expression")
+
+    try:
+        return ev(tree)
+    except ValueError:
         return None
 
 

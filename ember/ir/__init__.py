@@ -1,7 +1,7 @@
 """The loop IR: data types, expressions, statements, buffers, functions, visitor, printer."""
 
 from .buffer import Buffer, decl_buffer
-from .dtype import DataType, dtype, promote
+from .dtypes import DataType, dtype, promote
 from .expr import *  # noqa: F403
 from .stmt import *  # noqa: F403
 from .visitor import Mutator, Visitor, free_vars, post_order_visit, substitute

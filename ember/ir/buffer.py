@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .dtype import DataType
+from .dtypes import DataType
 from .expr import PrimExpr, Var, const, convert
 
 

@@ -2,7 +2,7 @@
 
 Every node is immutable and typed (``node.dtype``). Arithmetic operators on expressions build
 nodes, so ``A[i] + B[i] * 2`` is an expression tree; Python numbers are turned into constants of
-the other operand's type (see :mod:`ember.ir.dtype` for promotion). Comparisons (``<``, ``==``)
+the other operand's type (see :mod:`ember.ir.dtypes` for promotion). Comparisons (``<``, ``==``)
 build comparison nodes too; ``bool(a == b)`` is only defined for identity tests (used by dicts),
 never for deciding a symbolic question: use :mod:`ember.arith` for that.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TypeMismatchError
-from .dtype import BOOL, FLOAT32, INT32, INT64, DataType, dtype, promote
+from .dtypes import BOOL, FLOAT32, INT32, INT64, DataType, dtype, promote
 
 
 class PrimExpr:
@@ -468,7 +468,7 @@ def _unify(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr, DataType]:
         a, b = convert(a), convert(b)
     t = promote(a.dtype, b.dtype)
     # A Python float literal with an integer operand gives float32, whatever the integer's width
-    # (module doc of ember.ir.dtype), not NumPy's float64 for 32- and 64-bit integers.
+    # (module doc of ember.ir.dtypes), not NumPy's float64 for 32- and 64-bit integers.
     lit_float = (not a_is_expr and isinstance(a, FloatImm)) or (not b_is_expr and isinstance(b, FloatImm))
     if lit_float and a_is_expr != b_is_expr and not (a.dtype.is_float and b.dtype.is_float):
         t = FLOAT32.with_lanes(t.lanes)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError
-from ..ir.dtype import dtype as as_dtype
+from ..ir.dtypes import dtype as as_dtype
 from ..runtime.ndarray import DL_CPU, DL_CUDA_HOST, Device, NDArray
 
 

@@ -1,7 +1,7 @@
 """Memory planning: every intermediate value of a compiled model gets a storage, and storages
 are reused once the values they hold are dead.
 
-The plan is computed once at compile time from the step list (see :mod:`ember.model.lowering`)
+The plan is computed once at compile time from the step list (see :mod:`ember.model.group_lowering`)
 and stored in the model's plan as plain data (value -> storage id, storage sizes in bytes).
 """
 

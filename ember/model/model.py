@@ -220,7 +220,7 @@ class Model:
 
 
 def _as_ndarray(o: np.ndarray) -> Any:
-    from ..ir.dtype import dtype as as_dtype
+    from ..ir.dtypes import dtype as as_dtype
     from ..runtime.ndarray import NDArray, cpu
 
     return NDArray(np.require(o, requirements="C"), as_dtype(str(o.dtype)), cpu(0))

@@ -44,7 +44,7 @@ def _numel(shape: list[int]) -> int:
 
 def _np_dtype(text: Any, what: str) -> np.dtype:
     """The NumPy dtype of a plan dtype name (a name ember knows, that NumPy can make)."""
-    from ..ir.dtype import dtype
+    from ..ir.dtypes import dtype
 
     if not isinstance(text, str) or not text or len(text) > 32:
         raise ModelFormatError(f"{what}: the dtype {str(text)[:40]!r} is not a dtype name")

@@ -10,7 +10,7 @@ two's-complement bits (viewed as the unsigned type of the same width, where ``/ 
 from __future__ import annotations
 
 from ..ir import expr as E
-from ..ir.dtype import dtype
+from ..ir.dtypes import dtype
 from ..te import Tensor
 from .registry import OpContext, register
 from .util import cast, dtype_of, elementwise

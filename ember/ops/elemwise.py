@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import te
 from ..ir import expr as E
-from ..ir.dtype import dtype as as_dtype
+from ..ir.dtypes import dtype as as_dtype
 from ..te import Tensor
 from . import lowp
 from .registry import OpContext, register

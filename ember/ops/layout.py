@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..ir.dtype import dtype as as_dtype
+from ..ir.dtypes import dtype as as_dtype
 from ..target import Target
 
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from .. import te
 from ..ir import expr as E
-from ..ir.dtype import LOWP_FLOATS, DataType
-from ..ir.dtype import dtype as as_dtype
+from ..ir.dtypes import LOWP_FLOATS, DataType
+from ..ir.dtypes import dtype as as_dtype
 
 U8, U32, I32, F32 = "uint8", "uint32", "int32", "float32"
 ROUND_MODES = ("up", "down", "nearest")
@@ -281,5 +281,5 @@ def host_input(value: Any, dt: str) -> Any:
     from ..runtime.ndarray import NDArray
 
     if isinstance(value, NDArray) and value.dtype == "bfloat16" == dt and value.device.kind == "cpu":
-        return value._data.view(np.dtype("bfloat16"))  # registered by ml_dtypes (ember.ir.dtype)
+        return value._data.view(np.dtype("bfloat16"))  # registered by ml_dtypes (ember.ir.dtypes)
     return value

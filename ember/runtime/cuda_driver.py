@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from ..errors import DeviceError
-from ..ir.dtype import DataType
+from ..ir.dtypes import DataType
 
 _lock = threading.Lock()
 _lib: Any = None

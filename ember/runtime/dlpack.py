@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError
-from ..ir.dtype import DataType
+from ..ir.dtypes import DataType
 
 
 class DLDevice(ctypes.Structure):

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, DeviceError
-from ..ir.dtype import DataType
+from ..ir.dtypes import DataType
 from .ndarray import DL_CUDA, DL_ROCM, Device, NDArray, float32_to_bfloat16_bits
 
 

@@ -146,7 +146,7 @@ def _cpu() -> Any:
 
 
 def _np_dtype(a: np.ndarray, where: str) -> Any:
-    from ..ir.dtype import dtype
+    from ..ir.dtypes import dtype
 
     try:
         return dtype(a.dtype)

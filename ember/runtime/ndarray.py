@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, DeviceError
-from ..ir.dtype import DataType
-from ..ir.dtype import dtype as _as_dtype  # `dtype` is a parameter name below
+from ..ir.dtypes import DataType
+from ..ir.dtypes import dtype as _as_dtype  # `dtype` is a parameter name below
 
 # DLPack device type codes.
 DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_ROCM = 1, 2, 3, 10

@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import te
 from ..ir import expr as E
-from ..ir.dtype import dtype as as_dtype
+from ..ir.dtypes import dtype as as_dtype
 from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
 from ..te.rewrite import rewrite

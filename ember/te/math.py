@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import EmberError
 from ..ir import expr as E
-from ..ir.dtype import dtype
+from ..ir.dtypes import dtype
 
 UNARY_MATH = (
     "exp",

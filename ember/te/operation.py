@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import EmberError
 from ..ir import expr as E
-from ..ir.dtype import DataType, dtype
+from ..ir.dtypes import DataType, dtype
 from ..ir.visitor import substitute
 from .tensor import CONSTANT_LAYOUT, MATERIALIZE, WORKSPACE, ComputeOp, IterKind, IterVar, PlaceholderOp, Range, Tensor
 

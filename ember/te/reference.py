@@ -62,7 +62,7 @@ import numpy as np
 
 from ..errors import EvaluationError
 from ..ir import expr as E
-from ..ir.dtype import DataType
+from ..ir.dtypes import DataType
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 
 #: default bound on the points of one evaluation grid (output points x reduction points of a
@@ -94,7 +94,7 @@ def compute_dtype(t: DataType) -> np.dtype:
 def _storage_dtype(t: DataType) -> np.dtype:
     """The NumPy type of an array of ``t`` as ember's runtime and the graph constants hold it."""
     if t.kind == "bfloat" or t.is_lowp_float or t.is_subbyte_int:
-        return np.dtype(str(t))  # registered with NumPy by ml_dtypes (imported by ember.ir.dtype)
+        return np.dtype(str(t))  # registered with NumPy by ml_dtypes (imported by ember.ir.dtypes)
     return t.numpy()
 
 

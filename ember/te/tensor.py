@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import EmberError
 from ..ir import expr as E
-from ..ir.dtype import DataType
+from ..ir.dtypes import DataType
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,7 +151,7 @@ def test_wave_size_from_target():
 def test_allreduce_uses_the_target_warp_size(target, width):
     s, args, _ = K.row_sum(threads=256)
     fn = ember.lower(s, args, "rs")
-    from ember.lower.gpu import split_host_device
+    from ember.lowering.gpu import split_host_device
 
     plan = split_host_device(fn, ember.Target(target))
     text = str(plan.kernels[0].func)

@@ -25,7 +25,7 @@ SUBBYTE = ["int4", "uint4", "int2", "uint2"]
 
 
 def _np(dt: str) -> np.dtype:
-    return np.dtype(dt)  # ml_dtypes registers its names with NumPy (ember.ir.dtype imports it)
+    return np.dtype(dt)  # ml_dtypes registers its names with NumPy (ember.ir.dtypes imports it)
 
 
 def convert_kernel(src: str, dst: str, x: np.ndarray, vectorize: bool = False, **kw) -> np.ndarray:

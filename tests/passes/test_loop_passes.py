@@ -16,7 +16,7 @@ from ember.ir import expr as E
 from ember.ir import stmt as S
 from ember.ir.buffer import Buffer
 from ember.ir.visitor import post_order_visit
-from ember.lower import (
+from ember.lowering import (
     FlattenStorage,
     PartitionLoops,
     ScheduleToStmt,

@@ -15,7 +15,7 @@ import pytest
 import ember
 import ember.target as target_mod
 from ember import te
-from ember.lower import lower
+from ember.lowering import lower
 from ember.ops import layout as ops_layout
 from ember.ops.nn import conv_tensor, matmul_tensor
 from ember.strategy import CPUStrategy, GPUStrategy, InvalidConfig, base, strategy_for
@@ -98,7 +98,7 @@ def test_model_lowering_uses_the_targets_panel_width(rng, sse_host, spec, nr) ->
     from ember.driver import optimize
     from ember.frontend.onnx import import_onnx
     from ember.graph.passes import fuse
-    from ember.model.lowering import lower_groups
+    from ember.model.group_lowering import lower_groups
 
     g = optimize(import_onnx(_conv_model(rng)))
     lower_groups(g, fuse(g), target=spec)

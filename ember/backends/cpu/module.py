@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import EmberError, ModelFormatError, ToolchainError
-from ...ir.dtype import dtype
+from ...ir.dtypes import dtype
 from ...runtime.module import Function, Module
 
 _CTYPE = {

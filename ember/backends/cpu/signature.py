@@ -52,7 +52,7 @@ def _name(x: Any) -> bool:
 
 
 def _dtype(x: Any, what: str, integer: bool = False) -> None:
-    from ...ir.dtype import dtype
+    from ...ir.dtypes import dtype
 
     if not isinstance(x, str) or len(x) > 64:
         raise ModelFormatError(f"{what}: the dtype {x!r} is not a dtype name")

@@ -17,7 +17,7 @@ from ...ir import expr as E
 from ...ir.buffer import Buffer
 from ...ir.stmt import PrimFunc
 from ...ir.verify import verify
-from ...lower.gpu import HostPlan, split_host_device
+from ...lowering.gpu import HostPlan, split_host_device
 from ...runtime.size_expr import to_tree
 from ...target import Target
 

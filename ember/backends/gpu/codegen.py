@@ -1,4 +1,4 @@
-"""GPU code generation shared by NVPTX and AMDGPU: kernels from :class:`~ember.lower.gpu.Kernel`.
+"""GPU code generation shared by NVPTX and AMDGPU: kernels from :class:`~ember.lowering.gpu.Kernel`.
 
 :class:`CodeGenGPU` emits each kernel as a ``void`` function whose buffer parameters point into
 global memory (the target's address space), reads thread indices for thread-bound loops
@@ -25,8 +25,8 @@ from ...errors import CodegenError
 from ...ir import expr as E
 from ...ir import stmt as S
 from ...ir.buffer import Buffer
-from ...ir.dtype import DataType
-from ...lower.gpu import BLOCK_TAGS, THREAD_TAGS, Kernel, buffer_elems
+from ...ir.dtypes import DataType
+from ...lowering.gpu import BLOCK_TAGS, THREAD_TAGS, Kernel, buffer_elems
 from ...target import Target
 
 

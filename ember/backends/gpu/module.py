@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import ArgumentError
-from ...ir.dtype import DataType
+from ...ir.dtypes import DataType
 from ...runtime.gpu_array import GPUArray, empty
 from ...runtime.module import Function, Module
 from ...runtime.ndarray import Device

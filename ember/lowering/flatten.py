@@ -16,7 +16,7 @@ from ..errors import LoweringError
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.buffer import Buffer
-from ..ir.dtype import INT32, INT64
+from ..ir.dtypes import INT32, INT64
 from ..ir.visitor import Mutator
 from ..te.tensor import Tensor
 from .schedule_ops import StageKey, _Lowering

@@ -21,8 +21,8 @@ def lower(
 ) -> S.PrimFunc:
     """Lower ``schedule`` to a function taking ``args`` (tensors, and scalar vars) in order.
 
-    Runs :class:`~ember.lower.passes.ScheduleToStmt` (bound inference, loop nests), then the
-    passes of :func:`~ember.lower.passes.default_loop_pipeline` (storage flattening,
+    Runs :class:`~ember.lowering.passes.ScheduleToStmt` (bound inference, loop nests), then the
+    passes of :func:`~ember.lowering.passes.default_loop_pipeline` (storage flattening,
     simplification, loop partitioning, unrolling, vectorization) under
     :meth:`PassContext.current() <ember.transform.PassContext.current>`, which may disable or dump
     them. ``target`` (a string or :class:`~ember.target.Target`; ``None`` means ``llvm``) is

@@ -33,7 +33,7 @@ from ..errors import CodegenError, LoweringError
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.buffer import Buffer
-from ..ir.dtype import INT32
+from ..ir.dtypes import INT32
 from ..ir.visitor import Mutator, free_vars, post_order_visit, substitute
 from ..target import Target
 

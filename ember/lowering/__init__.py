@@ -13,7 +13,7 @@ from .passes import (
     default_loop_pipeline,
 )
 from .schedule_ops import schedule_to_stmt
-from .simplify_stmt import simplify_stmt
+from .stmt_simplify import simplify_stmt
 
 __all__ = [
     "FlattenStorage",

@@ -51,7 +51,7 @@ def lower_groups(
     becomes a workspace from the memory plan. On a GPU (every intermediate reduction is such a
     stage) a scalar (0-d) output is computed as a one-element vector (the same bytes). Without
     ``target``, ``gpu`` picks the GPU strategy (of ``cuda``) or the host CPU's."""
-    from ..lower import lower
+    from ..lowering import lower
 
     strategy = _strategy(target, gpu)
     funcs, steps = [], []
@@ -121,8 +121,9 @@ def _fold_constant_stages(
     """Layout transforms of constants, computed at compile time. Every stage flagged
     ``constant_layout`` (a matrix product's right operand packed into column panels) that
     depends only on constants (directly or through other computed stages) is evaluated once
-    with ember's NumPy reference (:func:`ember.te.evaluate`); its value becomes a new graph constant, which the kernel reads through a new
-    placeholder instead of repacking on every call. Returns the rewritten outputs and the
+    with ember's NumPy reference (:func:`ember.te.evaluate`); its value becomes a new graph
+    constant, which the kernel reads through a new placeholder instead of repacking on every
+    call. Returns the rewritten outputs and the
     (constant name, placeholder) pairs to pass."""
     from ..te.reference import evaluate
 

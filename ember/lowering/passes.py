@@ -36,7 +36,7 @@ from .flatten import flatten_storage
 from .loops import unroll_loops, vectorize_loops
 from .partition import partition_loops
 from .schedule_ops import StageKey, _Lowering, schedule_to_stmt
-from .simplify_stmt import simplify_stmt
+from .stmt_simplify import simplify_stmt
 
 __all__ = [
     "FlattenStorage",
@@ -50,7 +50,7 @@ __all__ = [
 
 
 class ScheduleToStmt(Pass):
-    """The pipeline's entry: ``Schedule -> Stmt`` (see :func:`~ember.lower.schedule_ops.schedule_to_stmt`).
+    """The pipeline's entry: ``Schedule -> Stmt`` (see :func:`~ember.lowering.schedule_ops.schedule_to_stmt`).
 
     After it ran, ``lowering`` holds the lowering state (stage keys, realize regions) that
     :class:`FlattenStorage` needs; use one instance per lowering."""
@@ -75,7 +75,7 @@ class ScheduleToStmt(Pass):
 
 class FlattenStorage(Pass):
     """Tensors to :class:`~ember.ir.buffer.Buffer` accesses with one flat index
-    (see :func:`~ember.lower.flatten.flatten_storage`).
+    (see :func:`~ember.lowering.flatten.flatten_storage`).
 
     ``lowering`` is :attr:`ScheduleToStmt.lowering` of the schedule the statement came from and
     ``arg_buffers`` the buffers of the function's tensor arguments, by stage key."""
@@ -97,7 +97,7 @@ class FlattenStorage(Pass):
 
 
 class Simplify(Pass):
-    """Simplification under loop ranges (see :func:`~ember.lower.simplify_stmt.simplify_stmt`)."""
+    """Simplification under loop ranges (see :func:`~ember.lowering.stmt_simplify.simplify_stmt`)."""
 
     name = "Simplify"
     opt_level = 1
@@ -112,7 +112,7 @@ class Simplify(Pass):
 
 
 class PartitionLoops(Pass):
-    """Loop partitioning (see :mod:`ember.lower.partition`)."""
+    """Loop partitioning (see :mod:`ember.lowering.partition`)."""
 
     name = "PartitionLoops"
     opt_level = 2
@@ -127,7 +127,7 @@ class PartitionLoops(Pass):
 
 
 class UnrollLoops(Pass):
-    """Unrolling of ``unroll``-annotated loops (see :func:`~ember.lower.loops.unroll_loops`).
+    """Unrolling of ``unroll``-annotated loops (see :func:`~ember.lowering.loops.unroll_loops`).
 
     ``max_unroll``: the longest loop expanded (longer ones become serial loops). ``target`` is
     kept for target-dependent limits; nothing uses it yet."""
@@ -149,7 +149,7 @@ class UnrollLoops(Pass):
 
 
 class VectorizeLoops(Pass):
-    """Vectorization of ``vectorize``-annotated loops (see :func:`~ember.lower.loops.vectorize_loops`).
+    """Vectorization of ``vectorize``-annotated loops (see :func:`~ember.lowering.loops.vectorize_loops`).
 
     ``target`` is kept for a target-dependent vector width; nothing uses it yet."""
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..arith import simplify, structural_key, symbolic_interval
 from ..arith.linear import Linear
-from ..arith.simplify import _Simplifier
+from ..arith.simplifier import _Simplifier
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import Mutator, free_vars
