@@ -66,8 +66,8 @@ def test_panel_width_is_the_targets_not_the_hosts(sse_host) -> None:
     assert ops_layout.host_layout().gemm_panel_width() == 8
     assert strategy_for("llvm -mcpu=haswell").gemm_panel_width() == 16
     assert strategy_for("llvm -mcpu=skylake-avx512").gemm_panel_width() == 32
-    assert strategy_for("cuda -arch=sm_80").gemm_panel_width() == 16
-    assert strategy_for("rocm -mcpu=gfx942").gemm_panel_width() == 16
+    assert strategy_for("cuda -arch=sm_80").gemm_panel_width() == 32
+    assert strategy_for("rocm -mcpu=gfx942").gemm_panel_width() == 32
 
 
 def _conv_model(rng) -> bytes:
@@ -88,12 +88,12 @@ def _pack_widths(ir: str) -> set[int]:
 def test_cuda_model_gets_the_gpu_panel_width_whatever_the_host(rng, sse_host, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     gpu = ember.compile(_conv_model(rng), target="cuda -arch=sm_80")
-    assert _pack_widths(gpu.get_source("ir")) == {16}
+    assert _pack_widths(gpu.get_source("ir")) == {32}
     cpu = ember.compile(_conv_model(rng), target="llvm")  # the (fake) host: two SSE registers
     assert _pack_widths(cpu.get_source("ir")) == {8}
 
 
-@pytest.mark.parametrize("spec,nr", [("llvm -mcpu=haswell", 16), ("llvm -mcpu=skylake-avx512", 32), ("cuda", 16)])
+@pytest.mark.parametrize("spec,nr", [("llvm -mcpu=haswell", 16), ("llvm -mcpu=skylake-avx512", 32), ("cuda", 32)])
 def test_model_lowering_uses_the_targets_panel_width(rng, sse_host, spec, nr) -> None:
     from ember.driver import optimize
     from ember.frontend.onnx import import_onnx
