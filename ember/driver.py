@@ -199,6 +199,7 @@ def compile(
     if root is not None and key is not None:
         cached = model_cache.load_cached_model(root, key)
         if cached is not None:
+            cached.source = _source_of(model, target, input_shapes, fuse)  # cache entries hold no source
             return cached
     try:
         graph = import_onnx(model, input_shapes)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import PROTO_ERRORS as _PROTO_ERRORS
 from ..errors import EmberError
-from .format import load_model
+from .format import load_model, save_model
 from .model import Model
 
 
@@ -113,7 +113,7 @@ def store_cached_model(root: Any, key: str, model: Model) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.ember")
         try:
-            model.save(path)
+            save_model(model, path, include_source=False)
             with open(path, "rb") as f:
                 data = f.read()
         except (EmberError, OSError):

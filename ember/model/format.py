@@ -39,8 +39,11 @@ FORMAT = "ember-model/2"
 MAX_MEMBER_BYTES = 1 << 36
 
 
-def save_model(model: Model, path: str | os.PathLike[str]) -> None:
-    """Write ``model`` (static) to ``path`` atomically (a temporary file renamed into place)."""
+def save_model(model: Model, path: str | os.PathLike[str], include_source: bool = True) -> None:
+    """Write ``model`` (static) to ``path`` atomically (a temporary file renamed into place).
+    With ``include_source`` the ONNX model it was compiled from is embedded (when known), for
+    ``ember.load(path, rebuild=True)``; the model cache leaves it out (the cache key already
+    names the source, and hashing it twice more doubled the time of a cache hit)."""
     from ..backends import backend_for
 
     program = model.program
@@ -54,7 +57,7 @@ def save_model(model: Model, path: str | os.PathLike[str]) -> None:
     if program.module is not None:
         for name, data in backend_for(program.target).serialize(program.module).items():
             members[f"module/{name}"] = data
-    source = model.source or {}
+    source = (model.source or {}) if include_source else {}
     if isinstance(source.get("onnx"), bytes):
         members["source/model.onnx"] = source["onnx"]
         members["source/options.json"] = json.dumps(source.get("options", {})).encode()
@@ -64,8 +67,10 @@ def save_model(model: Model, path: str | os.PathLike[str]) -> None:
     with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("manifest.json", json.dumps(manifest))
         for n, d in members.items():
-            # floats and object code barely compress
-            z.writestr(n, d, compress_type=zipfile.ZIP_STORED if n.endswith((".npz", ".bin", ".o")) else None)
+            # weights (in .npz and in the embedded .onnx) and object code barely compress, and
+            # deflating 100 MB of them took 3 s of a ResNet-50 compile (the model cache saves)
+            stored = n.endswith((".npz", ".bin", ".o", ".onnx"))
+            z.writestr(n, d, compress_type=zipfile.ZIP_STORED if stored else None)
     os.replace(tmp_zip, path)
 
 

@@ -113,3 +113,19 @@ def test_a_loaded_model_saves_again(rng, tmp_path) -> None:
     ember.load(first).save(second)
     x = rng.standard_normal((3, 24)).astype(np.float32)
     np.testing.assert_allclose(ember.load(second)(x)[0], np.maximum(x.astype(np.float64) @ w, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_from_the_cache_saves_with_its_source(cache_on, rng, tmp_path) -> None:
+    """Cache entries hold no ONNX source (it is in the key); a model loaded from one gets its
+    source back from the compile call, so saving it and loading with ``rebuild=True`` works."""
+    w = rng.standard_normal((24, 20)).astype(np.float32)
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(w), path)
+    ember.compile(path, input_shapes={"x": (5, 24)})
+    hit = ember.compile(path, input_shapes={"x": (5, 24)})
+    assert len(cache_on) == 1 and hit.source is not None
+    saved = tmp_path / "m.ember"
+    hit.save(saved)
+    rebuilt = ember.load(saved, rebuild=True)
+    x = rng.standard_normal((5, 24)).astype(np.float32)
+    np.testing.assert_array_equal(rebuilt(x)[0], hit(x)[0])
