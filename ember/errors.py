@@ -90,11 +90,9 @@ def _proto_errors() -> tuple[type[BaseException], ...]:
                                          UnicodeDecodeError, MemoryError, OverflowError]
     try:
         from google.protobuf.message import DecodeError
-
-        errors.append(DecodeError)
-    except ImportError:  # no protobuf: no ONNX either
-        pass
-    return tuple(errors)
+    except ImportError:  # no protobuf: no ONNX either, nothing more to catch
+        return tuple(errors)
+    return (*errors, DecodeError)
 
 
 #: The foreign exceptions that mean "these bytes are not a readable ONNX model"; the frontend

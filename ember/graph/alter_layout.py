@@ -49,7 +49,7 @@ from .layouts import (
     keeps_zero_padding,
     operand_role,
 )
-from .passes import dead_code_elimination, infer_and_fold
+from .passes import dead_code_elimination, infer_and_fold, need_graph
 
 __all__ = [
     "AlterLayout",
@@ -350,12 +350,6 @@ def _prune_values(g: Graph) -> Graph:
 
 
 # -- pass objects ----------------------------------------------------------------------------------------
-def _need_graph(p: Pass, ir: Any) -> Graph:
-    if not isinstance(ir, Graph):
-        raise GraphError(f"graph pass {p.name} needs a Graph, got {type(ir).__name__}")
-    return ir
-
-
 class AlterLayout(Pass):
     """:func:`alter_layout` as a pass: ``AlterLayout(policy)`` (None or
     :class:`NoLayoutPolicy`: the identity). The model compiler runs it with the target strategy's
@@ -375,7 +369,7 @@ class AlterLayout(Pass):
 
     def transform(self, ir: Any, ctx: PassContext) -> Graph:
         """The graph with layouts altered (the input itself when nothing changes)."""
-        return alter_layout(_need_graph(self, ir), self.policy)
+        return alter_layout(need_graph(self, ir), self.policy)
 
 
 class CancelLayoutTransforms(Pass):
@@ -390,4 +384,4 @@ class CancelLayoutTransforms(Pass):
 
     def transform(self, ir: Any, ctx: PassContext) -> Graph:
         """The graph with transform chains merged and round trips removed."""
-        return cancel_layout_transforms(_need_graph(self, ir))
+        return cancel_layout_transforms(need_graph(self, ir))

@@ -342,7 +342,8 @@ def _order_groups(groups: list[Group], graph: Graph) -> list[Group]:
 
 
 # -- pass objects ------------------------------------------------------------------------------------
-def _need_graph(p: Pass, ir: Any) -> Graph:
+def need_graph(p: Pass, ir: Any) -> Graph:
+    """``ir`` when it is a :class:`Graph`; a GraphError naming pass ``p`` otherwise."""
     if not isinstance(ir, Graph):
         raise GraphError(f"graph pass {p.name} needs a Graph, got {type(ir).__name__}")
     return ir
@@ -367,7 +368,7 @@ class InferAndFold(Pass):
 
     def transform(self, ir: Any, ctx: PassContext) -> Graph:
         """A new graph with shapes inferred and constants folded."""
-        return infer_and_fold(_need_graph(self, ir), fold=self.fold, target=self.target, progress=self.progress)
+        return infer_and_fold(need_graph(self, ir), fold=self.fold, target=self.target, progress=self.progress)
 
 
 class Simplify(Pass):
@@ -382,7 +383,7 @@ class Simplify(Pass):
 
     def transform(self, ir: Any, ctx: PassContext) -> Graph:
         """A new, simplified graph."""
-        return simplify(_need_graph(self, ir))
+        return simplify(need_graph(self, ir))
 
 
 class DeadCodeElimination(Pass):
@@ -397,7 +398,7 @@ class DeadCodeElimination(Pass):
 
     def transform(self, ir: Any, ctx: PassContext) -> Graph:
         """A new graph without dead nodes and constants."""
-        return dead_code_elimination(_need_graph(self, ir))
+        return dead_code_elimination(need_graph(self, ir))
 
 
 @dataclass
@@ -437,12 +438,12 @@ class Fuse(Pass):
 
     def transform(self, ir: Any, ctx: PassContext) -> FusedGraph:
         """The graph with its fusion groups."""
-        g = _need_graph(self, ir)
+        g = need_graph(self, ir)
         return FusedGraph(g, fuse(g, enabled=self.enabled))
 
     def skip(self, ir: Any) -> FusedGraph:
         """The graph with one group per node."""
-        g = _need_graph(self, ir)
+        g = need_graph(self, ir)
         return FusedGraph(g, fuse(g, enabled=False))
 
 

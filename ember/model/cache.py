@@ -95,14 +95,10 @@ def load_cached_model(root: Any, key: str) -> Model | None:
     hit = cache.load(root, key)
     if hit is None:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "model.ember")
-        with open(path, "wb") as f:
-            f.write(hit["model.ember"])
-        try:
-            return load_model(path)
-        except EmberError:
-            return None
+    try:
+        return load_model(f"model cache entry {key[:12]}", data=hit["model.ember"])
+    except EmberError:
+        return None
 
 
 def store_cached_model(root: Any, key: str, model: Model) -> None:

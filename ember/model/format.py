@@ -74,15 +74,16 @@ def save_model(model: Model, path: str | os.PathLike[str], include_source: bool 
     os.replace(tmp_zip, path)
 
 
-def read_members(path: str) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The manifest and every member of a saved model, each checked against the manifest's size
-    and digest (:func:`ember.backends.cpu.file.read_checked`: no duplicate, unlisted or unsafe
-    names, sizes checked before anything is decompressed). Raises ModelFormatError naming the
-    file and the problem."""
+def read_members(path: str, data: bytes | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and every member of a saved model (the file ``path``, or the bytes ``data``
+    named ``path`` in messages), each checked against the manifest's size and digest
+    (:func:`ember.backends.cpu.file.read_checked`: no duplicate, unlisted or unsafe names, sizes
+    checked before anything is decompressed). Raises ModelFormatError naming the file and the
+    problem."""
     from ..backends.cpu.file import read_checked, read_manifest
 
     try:
-        z = zipfile.ZipFile(path)
+        z = zipfile.ZipFile(io.BytesIO(data) if data is not None else path)
     except FileNotFoundError as exc:
         raise ModelFormatError(f"{path} does not exist") from exc
     except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
@@ -109,13 +110,14 @@ def read_members(path: str) -> tuple[dict[str, Any], dict[str, bytes]]:
     return manifest, members
 
 
-def load_model(path: str | os.PathLike[str]) -> Model:
-    """Load a model written by :func:`save_model`; no compiler runs and nothing in the file
-    executes (``ember.load(path, rebuild=True)`` compiles the embedded source instead)."""
+def load_model(path: str | os.PathLike[str], data: bytes | None = None) -> Model:
+    """Load a model written by :func:`save_model` from the file ``path`` (or from ``data``, the
+    file's bytes, ``path`` then only naming it in messages); no compiler runs and nothing in the
+    file executes (``ember.load(path, rebuild=True)`` compiles the embedded source instead)."""
     from ..backends import backend_for
 
     path = os.fspath(path)
-    _, members = read_members(path)
+    _, members = read_members(path, data)
     plan, consts = _plan_and_weights(members, path)
     from .plan_check import check_plan, check_plan_module
 

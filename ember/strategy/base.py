@@ -19,6 +19,7 @@ for ``llvm``, :class:`~ember.strategy.gpu.GPUStrategy` for ``cuda`` and ``rocm``
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -47,10 +48,10 @@ def extent(iv: IterVar, literal: bool = False) -> int:
     return int(v) if v is not None else 1
 
 
-class Strategy:
-    """How kernels are scheduled for ``target`` (see the module docstring). Subclasses override
-    :meth:`gemm_panel_width`, :meth:`schedule_group` and :meth:`space`; the program rewrites
-    default to none."""
+class Strategy(ABC):
+    """How kernels are scheduled for ``target`` (see the module docstring). Subclasses implement
+    :meth:`gemm_panel_width` and :meth:`schedule_group` and may override :meth:`space`; the
+    program rewrites default to none."""
 
     def __init__(self, target: Target | str):
         self.target = Target(target)
@@ -60,18 +61,18 @@ class Strategy:
         """True when the strategy schedules for a GPU."""
         return self.target.is_gpu
 
+    @abstractmethod
     def gemm_panel_width(self, dtype: str = "float32") -> int:
         """The width ``nr`` of the column panels a packed GEMM's right operand is stored in
         (``[N / nr, K, nr]``), for elements of ``dtype``. Always >= 1."""
-        raise NotImplementedError(f"{type(self).__name__} defines no GEMM panel width")
 
+    @abstractmethod
     def schedule_group(
         self, outs: Sequence[Tensor], keep: set[str] | frozenset[str] = frozenset(), config: ConfigEntity | None = None
     ) -> te.Schedule:
         """The schedule of one fused kernel computing ``outs``. Stages named in ``keep`` are not
         inlined. ``config`` (a point of :meth:`space` of the same outputs) sets the tunable
         stage's knobs; without it the space's default point is used."""
-        raise NotImplementedError(f"{type(self).__name__} defines no schedule")
 
     def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
         """The knob space of the tunable stage of the kernel computing ``outs`` (its packed GEMM),
@@ -122,3 +123,13 @@ def host_strategy() -> Strategy:
     """The CPU strategy of the host (``Target("llvm")``): what code that builds operators without
     naming a target gets."""
     return strategy_for("llvm")
+
+
+def first_tagged(outs: Sequence[Tensor], tag: str) -> ComputeOp | None:
+    """The first compute operation (producers first) with ``tag`` that ``outs`` depend on."""
+    from ..te.rewrite import post_order
+
+    for op in post_order([o.op for o in outs]):
+        if isinstance(op, ComputeOp) and op.tag == tag:
+            return op
+    return None

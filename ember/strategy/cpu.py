@@ -19,7 +19,7 @@ from .. import te
 from ..ops.layout import CPULayout
 from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
-from .base import Strategy, extent
+from .base import Strategy, extent, first_tagged
 from .cpu_gemm import packed_gemm_space, schedule_fast
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
 
@@ -57,18 +57,8 @@ class CPUStrategy(Strategy):
 
     def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
         """The knob space of the first packed GEMM stage of the kernel computing ``outs``."""
-        op = _first_tagged(outs, "conv_packed")
+        op = first_tagged(outs, "conv_packed")
         return packed_gemm_space(op, self) if op is not None else None
-
-
-def _first_tagged(outs: Sequence[Tensor], tag: str) -> ComputeOp | None:
-    """The first compute operation (producers first) with ``tag`` that ``outs`` depend on."""
-    from ..te.rewrite import post_order
-
-    for op in post_order([o.op for o in outs]):
-        if isinstance(op, ComputeOp) and op.tag == tag:
-            return op
-    return None
 
 
 def schedule_root(stage: te.Stage, parallel: bool = True) -> None:
@@ -110,7 +100,7 @@ def schedule_group(
         host = host_strategy()
         assert isinstance(host, CPUStrategy)
         strategy = host
-    tuned = _first_tagged(outs, "conv_packed") if config is not None else None
+    tuned = first_tagged(outs, "conv_packed") if config is not None else None
     if config is not None:
         if tuned is None:
             raise InvalidConfig("this kernel has no tunable stage, so it takes no configuration")

@@ -42,7 +42,7 @@ from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
 from ..te.rewrite import rewrite
 from ..te.tensor import IterKind, IterVar, Range
-from .base import Strategy, extent
+from .base import Strategy, extent, first_tagged
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
 
 THREADS = 256
@@ -90,7 +90,7 @@ class GPUStrategy(Strategy):
 
     def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
         """The knob space of the first packed GEMM stage of the kernel computing ``outs``."""
-        op = _first_tagged(outs, "conv_packed")
+        op = first_tagged(outs, "conv_packed")
         return packed_gemm_space(op, self.target) if op is not None else None
 
     def lift_outputs(self, outs: Sequence[Tensor]) -> list[Tensor]:
@@ -109,16 +109,6 @@ class GPUStrategy(Strategy):
     def keeps_in_memory(self, op: ComputeOp) -> bool:
         """Workspace stages and every intermediate reduction (which runs as a kernel of its own)."""
         return op.workspace or op.is_reduction
-
-
-def _first_tagged(outs: Sequence[Tensor], tag: str) -> ComputeOp | None:
-    """The first compute operation (producers first) with ``tag`` that ``outs`` depend on."""
-    from ..te.rewrite import post_order
-
-    for op in post_order([o.op for o in outs]):
-        if isinstance(op, ComputeOp) and op.tag == tag:
-            return op
-    return None
 
 
 def _threads_for(total: int) -> int:
@@ -294,7 +284,7 @@ def schedule_group_gpu(
     ``materialize`` are not inlined. ``config`` sets the knobs of the first packed GEMM (a point of
     :meth:`GPUStrategy.space`; validated before anything is scheduled)."""
     target = strategy.target if strategy is not None else Target("cuda")
-    tuned = _first_tagged(outs, "conv_packed")
+    tuned = first_tagged(outs, "conv_packed")
     cfg_tuned = None
     if config is not None:
         if tuned is None:

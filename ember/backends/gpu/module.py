@@ -10,6 +10,7 @@ device module: ``get_source("llvm" | "ptx" | "asm")`` and ``get_binary()``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -73,7 +74,9 @@ class GPUFunction(Function):
         self._grid_fns = [compile_grid(k["grid"]) for k in self._kernels]
         self._ws_fns = [compile_tree(w["nbytes"]) for w in plan["workspaces"]]
         self._nscal = nscal
-        self._dev_index = 0
+        # The device of the call in progress, per thread: two threads may call one function with
+        # arrays on different GPUs.
+        self._tls = threading.local()
         super().__init__(sig, self._invoke_gpu, kind, module)
         # vector-accessed argument buffers must be 16-byte aligned
         self._aligned = sorted({a for k in self._kernels for a in k["aligned_args"]})
@@ -130,7 +133,7 @@ class GPUFunction(Function):
                 except KeyError:
                     scal = None
                 if scal is not None:
-                    self._dev_index = dev.index
+                    self._tls.index = dev.index
                     if self._single:
                         self._launch_single(ptrs, scal)
                     else:
@@ -159,12 +162,17 @@ class GPUFunction(Function):
         else:
             idx = a.__dlpack_device__()[1] if hasattr(a, "__dlpack_device__") else 0
         if k == self._first_buf:
-            self._dev_index = idx
+            self._tls.index = idx
         elif idx != self._dev_index:
             raise ArgumentError(f"argument {k} ({p['name']}) of {self.name} is on {self._kind}({idx}) but an earlier "
                                 f"argument is on {self._kind}({self._dev_index}): put all arrays on one device")
         return ptr
 
+
+    @property
+    def _dev_index(self) -> int:
+        """The device index of this thread's call in progress (0 before any)."""
+        return getattr(self._tls, "index", 0)
 
     def _launchers_on(self, index: int) -> list[Any]:
         ls = self._launchers.get(index)
