@@ -94,7 +94,6 @@ def main() -> None:
         dt = ember.ir.dtype("float32")
         arrs = [GPUArray(4096 * (k + 1), (256,), dt, ember.cuda(0)) for k in range(3)]
     fn._launchers[0] = [_NoDriver(4)]
-    fn._dev_index = 0
     result["python_us"] = _per_call(lambda: fn(*arrs))
     for k, v in result.items():
         print(f"{k:>16}: {v:.2f}" if isinstance(v, float) else f"{k:>16}: {v}")
