@@ -36,7 +36,7 @@ def lower(
         raise LoweringError(f"lower: the function name {name!r} is not a valid identifier")
     tgt = Target(target) if target is not None else None
     ctx = PassContext.current()
-    entry = ScheduleToStmt()
+    entry = ScheduleToStmt(tgt)
     stmt = entry(schedule, ctx)
     low = entry.lowering
     assert low is not None  # ScheduleToStmt is required: it always runs

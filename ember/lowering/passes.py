@@ -62,14 +62,15 @@ class ScheduleToStmt(Pass):
         "inferred, guards for non-dividing splits) with tensor-level ProducerLoad/ProducerStore"
     )
 
-    def __init__(self) -> None:
+    def __init__(self, target: Any = None) -> None:
         self.lowering: _Lowering | None = None
+        self.target = target
 
     def transform(self, ir: Any, ctx: PassContext) -> S.Stmt:
         """The loop nests of schedule ``ir``; sets ``self.lowering``."""
         if not isinstance(ir, Schedule):
             raise LoweringError(f"ScheduleToStmt needs a schedule from te.create_schedule, got {type(ir).__name__}")
-        stmt, self.lowering = schedule_to_stmt(ir)
+        stmt, self.lowering = schedule_to_stmt(ir, self.target)
         return stmt
 
 

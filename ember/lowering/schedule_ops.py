@@ -58,8 +58,9 @@ class _Inliner(Mutator):
 
 
 class _Lowering:
-    def __init__(self, schedule: Schedule):
+    def __init__(self, schedule: Schedule, target: Any = None):
         self.schedule = schedule
+        self.target = target
         self._bodies: dict[Stage, tuple[E.PrimExpr, ...]] = {}
         self.infos: dict[Stage, StageInfo] = {}
         self.thread_ranges: dict[E.Var, tuple[str, E.PrimExpr]] = {}
@@ -121,7 +122,8 @@ class _Lowering:
         relax: dict[E.Var, tuple[E.PrimExpr, E.PrimExpr]] = {}
 
         def shared_by(tag: str) -> bool:
-            return (scope == "shared" and tag.startswith("threadIdx")) or (scope == "global" and tag != "vthread")
+            return ((scope == "shared" and tag.startswith("threadIdx")) or (scope == "global" and tag != "vthread")
+                    or (scope == "warp" and tag == "threadIdx.x"))
 
         for var, (tag, ext) in self.thread_ranges.items():
             if shared_by(tag):
@@ -216,10 +218,17 @@ class _Lowering:
     def build(self) -> S.Stmt:
         self.infer_bounds()
         root_stages = [s for s in self.schedule.stages if isinstance(s.op, ComputeOp) and s.attach == "root"]
+        for s in self.schedule.stages:
+            if s.scope == "warp" and s.attach != "scope":
+                raise LoweringError(f"warp-scope stage {s.name} must be computed inside a warp's loops (compute_at)")
         body = S.seq(*[self.stage_stmt(s) for s in root_stages])
         for s in reversed(root_stages):
             if not s.is_output:
                 body = self.realize(s, body)
+        if any(s.scope == "warp" for s in self.schedule.stages):
+            from .tensorize import check_no_stray_warp_access
+
+            check_no_stray_warp_access(body, self)
         return body
 
     def realize(self, st: Stage, body: S.Stmt) -> S.Stmt:
@@ -227,8 +236,13 @@ class _Lowering:
         op = st.op
         assert isinstance(op, ComputeOp)
         bounds = tuple((info.root_ranges[iv].min, info.root_ranges[iv].extent) for iv in op.axis)
+        scope = st.scope
+        if scope == "warp":  # fragments: registers of each lane (see lowering/tensorize.py)
+            from .tensorize import warp_realize_bounds
+
+            bounds, scope = warp_realize_bounds(self, st), "local"
         for k in reversed(range(op.num_outputs)):
-            body = S.ProducerRealize(op.output(k), bounds, body, st.scope)
+            body = S.ProducerRealize(op.output(k), bounds, body, scope)
         return body
 
     def attached_at(self, consumer: Stage, ivar: IterVar) -> list[Stage]:
@@ -238,10 +252,11 @@ class _Lowering:
             if s.attach == "scope" and s.attach_stage is consumer and s.attach_ivar is ivar
         ]
 
-    def stage_stmt(self, st: Stage) -> S.Stmt:
+    def leaf_values(self, st: Stage) -> tuple[dict[IterVar, Range], dict[E.Var, E.PrimExpr], list[E.PrimExpr]]:
+        """The ranges of ``st``'s leaves, the value of each root variable in leaf variables
+        (offset by its region's start) and the guards of non-dividing splits and overhanging
+        regions."""
         info = self.infos[st]
-        op = st.op
-        assert isinstance(op, ComputeOp)
         leaves = leaf_extents(st, info.root_ranges)
         root_vals, preds = root_value_map(st, {iv: iv.var for iv in st.leaf_iter_vars}, leaves)
         values: dict[E.Var, E.PrimExpr] = {}
@@ -254,7 +269,47 @@ class _Lowering:
             if not (isinstance(simplify(lo >= 0), E.IntImm)):
                 preds.append(v >= 0)
             preds.append(v < full)
-        preds = [simplify(substitute(p, {})) for p in preds]
+        return leaves, values, [simplify(substitute(p, {})) for p in preds]
+
+    def tensorized_stmt(self, st: Stage) -> S.Stmt:
+        """The loop nest of a tensorized stage: its outer loops around the instruction's code
+        (:func:`~ember.lowering.tensorize.tensorize_stage`), the zero fill of a reduction before
+        its outermost reduction loop."""
+        from .tensorize import tensorize_stage
+
+        update, init, inner = tensorize_stage(self, st)
+        for iv in inner:
+            if self.attached_at(st, iv) and iv is not inner[0]:
+                names = ", ".join(c.name for c in self.attached_at(st, iv))
+                raise LoweringError(f"stages {names} are computed inside the tensorized loops of {st.name}; "
+                                    "attach them outside the tensorized axis")
+        leaves = leaf_extents(st, self.infos[st].root_ranges)
+        outer = st.leaf_iter_vars[: len(st.leaf_iter_vars) - len(inner)]
+        children = self.attached_at(st, inner[0])
+        if children:
+            update = S.seq(*[self.stage_stmt(c) for c in children], update)
+            for c in reversed(children):
+                update = self.realize(c, update)
+        first_red = next((k for k, iv in enumerate(outer) if iv.kind is IterKind.REDUCE), None)
+        body = update if init is None or first_red is not None else S.seq(init, update)
+        for k in reversed(range(len(outer))):
+            iv = outer[k]
+            body = self.loop(st, iv, leaves, body)
+            if init is not None and k == first_red:
+                init_nest = init
+                for iv2 in reversed(outer[first_red:]):
+                    if iv2.kind is not IterKind.REDUCE:
+                        init_nest = self.loop(st, iv2, leaves, init_nest, with_attached=False)
+                body = S.seq(init_nest, body)
+        return body
+
+    def stage_stmt(self, st: Stage) -> S.Stmt:
+        if st.tensorized is not None:
+            return self.tensorized_stmt(st)
+        op = st.op
+        assert isinstance(op, ComputeOp)
+        info = self.infos[st]
+        leaves, values, preds = self.leaf_values(st)
         red_leaf_vars = {iv.var for iv in st.leaf_iter_vars if iv.kind is IterKind.REDUCE}
 
         def mentions_reduce(p: E.PrimExpr) -> bool:
@@ -329,7 +384,8 @@ def _guard(preds: list[E.PrimExpr], body: S.Stmt) -> S.Stmt:
     return body if cond is None else S.IfThenElse(cond, body)
 
 
-def schedule_to_stmt(schedule: Schedule) -> tuple[S.Stmt, _Lowering]:
-    """The loop nest of every stage of ``schedule`` with tensor-level loads and stores."""
-    low = _Lowering(schedule)
+def schedule_to_stmt(schedule: Schedule, target: Any = None) -> tuple[S.Stmt, _Lowering]:
+    """The loop nest of every stage of ``schedule`` with tensor-level loads and stores;
+    ``target`` (a :class:`~ember.target.Target` or None) is checked by tensorized stages."""
+    low = _Lowering(schedule, target)
     return low.build(), low

@@ -22,6 +22,9 @@ from ..ir.visitor import substitute
 from .rewrite import LoadMutator, post_order
 from .tensor import ComputeOp, IterKind, IterVar, Operation, PlaceholderOp, Range, Tensor
 
+#: Storage scopes a stage may have; ``"warp"`` holds matrix fragments spread over a warp's lanes.
+SCOPES = ("global", "shared", "local", "warp")
+
 
 @dataclass(eq=False)
 class Split:
@@ -63,6 +66,8 @@ class Stage:
         self.attach_stage: Stage | None = None
         self.attach_ivar: IterVar | None = None
         self.aligns: dict[int, tuple[int, int]] = {}
+        #: the loop tensorize was given and the matrix instruction (or None)
+        self.tensorized: tuple[IterVar, Any] | None = None
         self._reset_axes()
 
     def _reset_axes(self) -> None:
@@ -344,10 +349,38 @@ class Stage:
         self.aligns[list(self.op.axis).index(axis)] = (int(factor), int(offset))
 
     def set_scope(self, scope: str) -> None:
-        """Store this stage's result in ``"global"``, ``"shared"`` or ``"local"`` memory."""
-        if scope not in ("global", "shared", "local"):
-            raise ScheduleError(f"set_scope on stage {self.name}: unknown scope {scope!r} (global, shared, local)")
+        """Store this stage's result in ``"global"``, ``"shared"``, ``"local"`` or ``"warp"``
+        memory (a warp's matrix fragments: see :meth:`tensorize`)."""
+        if scope not in SCOPES:
+            raise ScheduleError(f"set_scope on stage {self.name}: unknown scope {scope!r} ({', '.join(SCOPES)})")
         self.scope = scope
+
+    def tensorize(self, ivar: IterVar, intrin: Any) -> None:
+        """Compute the loops from ``ivar`` inward with the warp-level matrix instruction
+        ``intrin`` (a :class:`~ember.te.tensor_intrin.MatrixIntrinsic` or its name, e.g.
+        ``"mma.m16n8k16.f16"``). What the loops become depends on the stage:
+
+        * a ``"warp"``-scope stage that reduces ``sum(A[i, k] * B[k, j])`` (``i``, ``j``, ``k``
+          the loops from ``ivar`` inward, of extents ``m``, ``n``, ``k`` in any order): one
+          instruction per iteration of the outer loops; its zero fill too;
+        * a ``"warp"``-scope copy of an operand (the loops over the ``m x k`` or ``k x n`` tile):
+          loads into the operand's fragment (``ldmatrix`` on NVIDIA from shared memory where the
+          rows are 16-byte aligned; element loads otherwise, with zeros outside the domain);
+        * any other stage reading a ``"warp"`` accumulator (the loops over the ``m x n`` tile):
+          each lane computes and stores the elements its registers hold (an epilogue may be
+          inlined into it).
+
+        The checks (extents, operand layout, dtypes, target) run when the schedule is lowered and
+        raise :class:`~ember.errors.ScheduleError` naming the intrinsic, the mismatch and a
+        fallback (the same schedule without ``tensorize`` and with ``"local"`` scopes)."""
+        from .tensor_intrin import lookup
+
+        iv = self._axis(ivar, "tensorize")
+        try:
+            found = lookup(intrin)
+        except KeyError as err:
+            raise ScheduleError(f"tensorize on stage {self.name}: {err.args[0]}") from None
+        self.tensorized = (iv, found)
 
 
 def leaf_extents(stage: Stage, root_ranges: dict[IterVar, Range | None]) -> dict[IterVar, Range]:
@@ -427,8 +460,8 @@ class Schedule:
         """A copy of ``tensor`` in ``scope`` (``"shared"``, ``"local"``, ``"global"``) that the
         given readers read instead of ``tensor``. Returns the cache tensor (schedule it with
         compute_at)."""
-        if scope not in ("global", "shared", "local"):
-            raise ScheduleError(f"cache_read of {tensor.name}: unknown scope {scope!r} (global, shared, local)")
+        if scope not in SCOPES:
+            raise ScheduleError(f"cache_read of {tensor.name}: unknown scope {scope!r} ({', '.join(SCOPES)})")
         if isinstance(readers, (Tensor, Operation)):
             readers = [readers]
         producer = self[tensor]
@@ -463,8 +496,8 @@ class Schedule:
                 f"cache_write of {stage.name}: the stage was already scheduled; call cache_write before split, "
                 "reorder, bind or other primitives on it"
             )
-        if scope not in ("global", "shared", "local"):
-            raise ScheduleError(f"cache_write of {stage.name}: unknown scope {scope!r}")
+        if scope not in SCOPES:
+            raise ScheduleError(f"cache_write of {stage.name}: unknown scope {scope!r} ({', '.join(SCOPES)})")
         new_axis = tuple(IterVar(iv.dom, E.Var(iv.var.name + ".c", iv.var.dtype), iv.kind) for iv in op.axis)
         vmap = {old.var: new.var for old, new in zip(op.axis, new_axis)}
         cache_body = tuple(substitute(b, vmap) for b in op.body)

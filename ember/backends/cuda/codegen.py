@@ -125,6 +125,58 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         fn = self.intrinsic("llvm.nvvm.shfl.sync.bfly.i32", I32, [I32, I32, I32, I32])
         return self.builder.call(fn, [mask, value, ir.Constant(I32, offset), ir.Constant(I32, 0x1F)])
 
+    # -- tensor cores -------------------------------------------------------------------------------------
+    def matrix_call(self, e: Any) -> ir.Value:
+        """``tc.mma:<name>`` as the ``mma.sync`` instruction (inline PTX; LLVM's NVVM mma
+        intrinsics take the same registers but are spelled per shape and type), and
+        ``tc.ldmatrix:x<N>[.trans]`` as ``ldmatrix.sync.aligned.m8n8``."""
+        from ...te.tensor_intrin import lookup
+
+        b = self.builder
+        if e.op.startswith("tc.mma:"):
+            try:
+                intrin = lookup(e.op[len("tc.mma:"):])
+            except KeyError as err:
+                raise CodegenError(str(err.args[0])) from None
+            why = intrin.unavailable(self.target)
+            if why:
+                raise CodegenError(why)
+            acc, pa, pb = (self.operand_ptr(x) for x in e.args)
+            acc_ty = F32 if intrin.accumulator_type.is_float else I32
+            in_bits = intrin.input_type.bits
+            na = intrin.a.per_lane * in_bits // 32
+            nb = intrin.b.per_lane * in_bits // 32
+            nc = intrin.c.per_lane
+            a = self.load_words(pa, na)
+            bw = self.load_words(pb, nb)
+            c = self.load_words(acc, nc, acc_ty)
+            cons = "f" if acc_ty == F32 else "r"
+
+            def regs(first: int, n: int) -> str:
+                return "{" + ",".join(f"${first + i}" for i in range(n)) + "}"
+
+            text = (f"{intrin.instruction} {regs(0, nc)}, {regs(nc, na)}, {regs(nc + na, nb)}, "
+                    f"{regs(nc + na + nb, nc)};")
+            constraint = ",".join([f"={cons}"] * nc + ["r"] * (na + nb) + [cons] * nc)
+            fty = ir.FunctionType(ir.LiteralStructType([acc_ty] * nc), [I32] * (na + nb) + [acc_ty] * nc)
+            res = b.call(ir.InlineAsm(fty, text, constraint, side_effect=False), [*a, *bw, *c])
+            self.store_words(acc, [b.extract_value(res, i) for i in range(nc)])
+            return ir.Constant(I32, 0)
+        if e.op.startswith("tc.ldmatrix:"):
+            mode = e.op[len("tc.ldmatrix:"):]
+            count = int(mode[1])
+            trans = ".trans" if mode.endswith(".trans") else ""
+            dst = self.operand_ptr(e.args[0])
+            src = self.operand_ptr(e.args[1])
+            addr = b.ptrtoint(src, ir.IntType(64))
+            text = (f"ldmatrix.sync.aligned.m8n8.x{count}{trans}.shared.b16 "
+                    "{" + ",".join(f"${i}" for i in range(count)) + "}, [$" + str(count) + "];")
+            fty = ir.FunctionType(ir.LiteralStructType([I32] * count), [ir.IntType(64)])
+            res = b.call(ir.InlineAsm(fty, text, ",".join(["=r"] * count + ["l"]), side_effect=True), [addr])
+            self.store_words(dst, [b.extract_value(res, i) for i in range(count)])
+            return ir.Constant(I32, 0)
+        return super().matrix_call(e)
+
     # hardware approximations used by the fallback math (scalar float32)
     def hw_exp2(self, x: ir.Value) -> ir.Value:
         return self.builder.call(self.intrinsic("llvm.nvvm.ex2.approx.f", F32, [F32]), [x])

@@ -263,7 +263,41 @@ class CodeGenGPU(CodeGenLLVM):
                     raise CodegenError("shfl_xor needs a constant lane offset")
                 return self._shuffle(value, off.value)
             raise CodegenError(f"unknown GPU intrinsic {e.op}")
+        if e.op.startswith("tc."):
+            return self.matrix_call(e)
         return super().expr_Call(e)
+
+    def matrix_call(self, e: E.Call) -> ir.Value:
+        """A tensorized matrix-unit call (``tc.mma:<intrinsic>``, ``tc.ldmatrix:...``; see
+        :mod:`ember.lowering.tensorize`); the vendor's code generator implements them."""
+        raise CodegenError(f"{e.op[3:]} is not available on {self.target}: schedule without tensorize")
+
+    def operand_ptr(self, x: E.PrimExpr) -> ir.Value:
+        """The address of the element a matrix call's operand names (a ``BufferLoad``)."""
+        if not isinstance(x, E.BufferLoad) or len(x.indices) != 1:
+            raise CodegenError(f"a matrix call's operand must name a buffer element, got {x!r}")
+        return self.element_ptr(x.buffer, self.expr(x.indices[0]))
+
+    def load_words(self, ptr: ir.Value, count: int, ty: ir.Type = I32) -> list[ir.Value]:
+        """``count`` consecutive 32-bit values (``ty``: i32 or float) from ``ptr``."""
+        out = []
+        for w in range(count):
+            p = self._word_ptr(ptr, w)
+            v = self.builder.load(p, typ=ty)
+            v.align = 4
+            out.append(v)
+        return out
+
+    def store_words(self, ptr: ir.Value, values: list[ir.Value]) -> None:
+        """Store 32-bit ``values`` consecutively from ``ptr``."""
+        for w, v in enumerate(values):
+            st = self.builder.store(v, self._word_ptr(ptr, w))
+            st.align = 4
+
+    def _word_ptr(self, ptr: ir.Value, w: int) -> ir.Value:
+        if not w:
+            return ptr
+        return self.builder.gep(ptr, [ir.Constant(I64, 4 * w)], inbounds=True, source_etype=ir.IntType(8))
 
     def barrier(self) -> None:
         """A block-wide barrier with shared-memory ordering."""

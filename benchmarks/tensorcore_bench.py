@@ -1,0 +1,110 @@
+"""Tensor-core GEMMs built with ember (``ember.strategy.tensorcore``) side by side with cuBLAS
+(``torch.matmul``) in one run on an NVIDIA GPU.
+
+Cases: 4096^3 in fp16, bf16 (fp32 accumulation, fp16/bf16 output like cuBLAS) and TF32
+(fp32 in and out; ``torch.backends.cuda.matmul.allow_tf32 = True`` for the cuBLAS side only),
+and the skinny 16 x 4096 x 4096 in bf16. Each ember case tries the tilings of :data:`TILES` and
+keeps the fastest (every variant is checked against float64 first). Kernel times are medians of
+``triton.testing.do_bench``. Writes ``tensorcore_bench.json`` and ``.md`` to ``--out``.
+
+    python benchmarks/tensorcore_bench.py --out benchmarks/results [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import ember
+from ember.strategy.tensorcore import TCTile, tensorcore_matmul
+
+TILES = (TCTile(128, 128, 32, 64, 64), TCTile(128, 256, 32, 64, 128), TCTile(256, 128, 32, 128, 64),
+         TCTile(128, 128, 64, 64, 64), TCTile(64, 128, 32, 32, 64), TCTile(64, 64, 64, 32, 32),
+         TCTile(32, 128, 64, 32, 32), TCTile(16, 128, 64, 16, 32), TCTile(32, 64, 128, 32, 16))
+
+
+def bench(fn) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=200, return_mode="median") / 1e3
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--quick", action="store_true", help="1024^3 and fewer tilings (a smoke run)")
+    args = ap.parse_args()
+    import torch
+
+    dev = ember.cuda(0)
+    attrs = dev.attributes
+    n = 1024 if args.quick else 4096
+    cases = [("fp16", "mma.m16n8k16.f16", torch.float16, n, n, n),
+             ("bf16", "mma.m16n8k16.bf16", torch.bfloat16, n, n, n),
+             ("tf32", "mma.m16n8k8.tf32", torch.float32, n, n, n),
+             ("bf16_skinny", "mma.m16n8k16.bf16", torch.bfloat16, 16, n, n)]
+    results: dict = {"device": attrs["device_name"], "arch": attrs["arch"], "torch": torch.__version__,
+                     "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                     "timing": "median of triton.testing.do_bench (CUDA events)", "results": {}}
+    lines = [f"# Tensor-core GEMM on {results['device']} ({results['arch']}), torch {results['torch']}", "",
+             "| case | ember | cuBLAS | ember / cuBLAS | best tiling |", "| --- | --- | --- | --- | --- |"]
+    for name, intrin, tdt, M, N, K in cases:
+        A = torch.randn(M, K, device="cuda").to(tdt)
+        B = torch.randn(K, N, device="cuda").to(tdt)
+        ref = A.double() @ B.double()
+        bound = A.double().abs() @ B.double().abs()
+        out_t = tdt
+        torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+        Ct = torch.empty(M, N, device="cuda", dtype=out_t)
+        t_cublas = bench(lambda A=A, B=B, Ct=Ct: torch.matmul(A, B, out=Ct))
+        torch.backends.cuda.matmul.allow_tf32 = False
+        variants = {}
+        best = None
+        tiles = TILES[:3] if args.quick else TILES
+        for tile in tiles:
+            if M < tile.bm // 2:
+                continue
+            key = f"{tile.bm}x{tile.bn}x{tile.bk}_w{tile.wm}x{tile.wn}"
+            try:
+                s, a = tensorcore_matmul(M, N, K, intrin=intrin, out_dtype=str(tdt).split(".")[-1], tile=tile)
+                f = ember.build(s, a, target="cuda", name=f"tc_{name}")
+            except ember.EmberError as err:
+                variants[key] = {"error": str(err)[:200]}
+                continue
+            C = torch.full((M, N), float("nan"), device="cuda", dtype=out_t)
+            f(A, B, C)
+            torch.cuda.synchronize()
+            excess = float(((C.double() - ref).abs() - (2.0**-9 if name == "tf32" else 2.0**-8) * bound).max())
+            if not excess <= 0:
+                variants[key] = {"error": f"wrong result (excess {excess})"}
+                continue
+            t = bench(lambda f=f, A=A, B=B, C=C: f(A, B, C))
+            regs = f.imported_modules[0].get_source("ptxas").strip().splitlines()[-2:]
+            variants[key] = {"ms": t * 1e3, "TFLOPs": 2 * M * N * K / t / 1e12, "ptxas": regs}
+            if best is None or t < best[0]:
+                best = (t, key)
+        r = {"M": M, "N": N, "K": K, "cublas_ms": t_cublas * 1e3, "cublas_TFLOPs": 2 * M * N * K / t_cublas / 1e12,
+             "variants": variants}
+        if best is not None:
+            r.update(ember_ms=best[0] * 1e3, ember_TFLOPs=2 * M * N * K / best[0] / 1e12, ratio=t_cublas / best[0],
+                     best=best[1])
+            lines.append(f"| {name} {M}x{N}x{K} | {r['ember_TFLOPs']:.1f} TFLOP/s | {r['cublas_TFLOPs']:.1f} TFLOP/s "
+                         f"| {r['ratio']:.3f} | {best[1]} |")
+        results["results"][name] = r
+        print(name, json.dumps(r, indent=1), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "tensorcore_bench.json"), "w") as fh:
+        json.dump(results, fh, indent=2)
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "tensorcore_bench.md"), "w") as fh:
+        fh.write(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
