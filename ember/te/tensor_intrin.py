@@ -195,3 +195,80 @@ def lookup(intrin: MatrixIntrinsic | str) -> MatrixIntrinsic:
     if found is None:
         raise KeyError(f"unknown matrix intrinsic {intrin!r} (known: {', '.join(sorted(INTRINSICS))})")
     return found
+
+
+# -- AMD matrix cores: MFMA (CDNA2/CDNA3, wave64) and WMMA (RDNA3, wave32) -------------------------------
+# ``instruction`` is the LLVM intrinsic the ROCm backend calls (the ISA mnemonic differs between chips:
+# v_mfma_f32_16x16x16f16 on gfx90a, v_mfma_f32_16x16x16_f16 on gfx942). Register r of a lane is element
+# r of the operand's vector (<4 x half>, <16 x half>, <8 x float>, ...): two 16-bit elements share a
+# VGPR, low half first.
+#
+# MFMA 16x16x16 (f16, and bf16 through v_mfma_f32_16x16x16bf16_1k / v_mfma_f32_16x16x16_bf16), one
+# block. Sources: the AMD Matrix Instruction Calculator (github.com/ROCm/amd_matrix_instruction_calculator,
+# matrix_calculator.py, InstCalcGfx9: an input element [i][k] sits in lane i + 16 * (k // 4), item
+# k % 4 of the register pair; an output element D[i][j] in lane j + 16 * (i // 4), register i % 4),
+# and the ROCm blog "Matrix Core Programming on AMD CDNA3 and CDNA4 architecture" (AMD, 2025),
+# section 5.2, __builtin_amdgcn_mfma_f32_16x16x16f16: a_reg = A[lane % 16][4 * (lane / 16) + 0..3],
+# b_reg[i] = B[4 * (lane / 16) + i][lane % 16], c_reg[i] = C[4 * (lane / 16) + i][lane % 16].
+
+
+def _mfma_a_16x16(lane: Any, r: int) -> tuple[Any, Any]:
+    # A[i][k]: i = lane % 16, k = 4 * (lane // 16) + r
+    return lane % 16, 4 * (lane // 16) + r
+
+
+def _mfma_b_16x16(lane: Any, r: int) -> tuple[Any, Any]:
+    # B[k][j]: k = 4 * (lane // 16) + r, j = lane % 16
+    return 4 * (lane // 16) + r, lane % 16
+
+
+def _mfma_c_16x16(lane: Any, r: int) -> tuple[Any, Any]:
+    # D[i][j]: i = 4 * (lane // 16) + r, j = lane % 16 (four rows per lane, one column)
+    return 4 * (lane // 16) + r, lane % 16
+
+
+# WMMA 16x16x16 on RDNA3 in wave32. Source: the AMD Matrix Instruction Calculator (matrix_calculator.py,
+# InstCalcGfx11): A[i][k] is held by lanes i and i + 16 (the two half-waves hold the same 16 x 16 tile),
+# element k of the 16-element register vector; B[k][j] by lanes j and j + 16, element k; D[i][j] (f32) by
+# lane (16 * i) % 32 + j, register (16 * i) // 32 — lanes 0-15 hold the even rows, lanes 16-31 the odd ones.
+
+
+def _wmma_a_16x16(lane: Any, r: int) -> tuple[Any, Any]:
+    # A[i][k]: i = lane % 16, k = r (in both half-waves)
+    return lane % 16, r
+
+
+def _wmma_b_16x16(lane: Any, r: int) -> tuple[Any, Any]:
+    # B[k][j]: k = r, j = lane % 16 (in both half-waves)
+    return r, lane % 16
+
+
+def _wmma_c_16x16(lane: Any, r: int) -> tuple[Any, Any]:
+    # D[i][j]: i = 2 * r + lane // 16, j = lane % 16
+    return 2 * r + lane // 16, lane % 16
+
+
+#: CDNA2 (MI200) and CDNA3 (MI300); gfx908 (CDNA1) has the f16 instruction but not the bf16_1k one
+MFMA_ARCHS = ("gfx90a", "gfx942")
+#: RDNA3 (the calculator's rdna3 family); RDNA4 (gfx12) changed the WMMA layouts
+WMMA_ARCHS = ("gfx1100", "gfx1101", "gfx1102", "gfx1103")
+
+
+def _mfma(name: str, in_dtype: str, llvm: str) -> MatrixIntrinsic:
+    return register(MatrixIntrinsic(
+        name, 16, 16, 16, in_dtype, "float32", 64, FragmentLayout(16, 16, 4, _mfma_a_16x16),
+        FragmentLayout(16, 16, 4, _mfma_b_16x16), FragmentLayout(16, 16, 4, _mfma_c_16x16), "rocm", llvm,
+        archs=MFMA_ARCHS))
+
+
+def _wmma(name: str, in_dtype: str, llvm: str) -> MatrixIntrinsic:
+    return register(MatrixIntrinsic(
+        name, 16, 16, 16, in_dtype, "float32", 32, FragmentLayout(16, 16, 16, _wmma_a_16x16, copies=2),
+        FragmentLayout(16, 16, 16, _wmma_b_16x16, copies=2), FragmentLayout(16, 16, 8, _wmma_c_16x16), "rocm", llvm,
+        archs=WMMA_ARCHS))
+
+
+MFMA_F16 = _mfma("mfma.f32.16x16x16.f16", "float16", "llvm.amdgcn.mfma.f32.16x16x16f16")
+MFMA_BF16 = _mfma("mfma.f32.16x16x16.bf16", "bfloat16", "llvm.amdgcn.mfma.f32.16x16x16bf16.1k")
+WMMA_F16 = _wmma("wmma.f32.16x16x16.f16", "float16", "llvm.amdgcn.wmma.f32.16x16x16.f16")
+WMMA_BF16 = _wmma("wmma.f32.16x16x16.bf16", "bfloat16", "llvm.amdgcn.wmma.f32.16x16x16.bf16")

@@ -18,6 +18,10 @@ The linker is looked for in this order: the ``lld`` argument of :func:`find_lld`
 ``$ROCM_PATH/llvm/bin/ld.lld``, ``/opt/rocm/llvm/bin/ld.lld``, ``ld.lld-22`` … ``ld.lld-19``,
 ``ld.lld``; one older than 19 is skipped (lld 14 rejects the code object versions LLVM 22 writes).
 Every AMDGPU emission parses a fresh module (emitting twice from one module aborts LLVM).
+
+Warp-level matrix multiplies (``tc.mma:<name>`` calls from tensorize) become MFMA
+(``llvm.amdgcn.mfma.*``, gfx90a/gfx942, wave64) or WMMA (``llvm.amdgcn.wmma.*``, RDNA3, wave32) calls
+on the lane's registers; a target without the instruction is a :class:`CodegenError` (LLVM would abort).
 """
 
 from __future__ import annotations
@@ -34,14 +38,18 @@ from typing import Any
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ...codegen.llvm import F32, I32
+from ...codegen.llvm import F32, I32, _suffix
 from ...errors import CodegenError, ToolchainError
+from ...ir import expr as E
 from ...target import Target
+from ...te.tensor_intrin import MatrixIntrinsic, lookup
 from ..cpu.codegen import init_llvm, optimize, parse_and_verify
 from ..gpu.build import disabled, env_path
 from ..gpu.codegen import CodeGenGPU, FallbackMath, finalize_kernels
 
 MIN_LLD = 19
+#: prefix of the loop-IR call of a warp-level matrix multiply (``tc.mma:<intrinsic name>``)
+MATRIX_CALL = "tc.mma:"
 CODE_OBJECT_VERSION = 500
 
 
@@ -183,6 +191,60 @@ class CodeGenAMDGPU(CodeGenGPU, FallbackMath):
             return None
         self.uses_ocml = True
         return f"__ocml_{op}_{'f32' if scalar == F32 else 'f64'}"
+
+    # -- matrix cores ----------------------------------------------------------------------------------
+    def matrix_call(self, e: E.Call) -> ir.Value:
+        if not e.op.startswith(MATRIX_CALL):
+            return super().matrix_call(e)
+        self.matrix_multiply(e)
+        return ir.Constant(I32, 0)
+
+    def matrix_intrinsic(self, name: str) -> MatrixIntrinsic:
+        """The AMD matrix instruction ``name`` if this target has it, else :class:`CodegenError`."""
+        try:
+            intrin = lookup(name)
+        except KeyError as exc:
+            raise CodegenError(f"{MATRIX_CALL}{name}: {exc.args[0]}") from None
+        why = intrin.unavailable(self.target)
+        if why is None and intrin.warp != self.target.warp_size:
+            why = (f"{intrin.name} is written for wave{intrin.warp} and the target runs wave{self.target.warp_size} "
+                   f"(-mattr={self.target.mattr})")
+        if why is not None:
+            raise CodegenError(f"{intrin.instruction} ({intrin.name}) cannot be emitted for {self.target}: {why}")
+        return intrin
+
+    def matrix_multiply(self, e: E.Call) -> None:
+        """``tc.mma:<name>(acc, a, b)``: every lane loads its registers from the addresses of the
+        three element loads (``acc``: ``c.per_lane`` accumulator elements, ``a``/``b``: ``per_lane``
+        input elements, contiguous), calls the MFMA or WMMA intrinsic, and stores the result over
+        ``acc`` (see :mod:`ember.te.tensor_intrin` for the layouts)."""
+        intrin = self.matrix_intrinsic(e.op[len(MATRIX_CALL):])
+        if len(e.args) != 3:
+            raise CodegenError(f"{e.op} takes three operands (acc, a, b), got {len(e.args)}")
+        want = (intrin.accumulator_type, intrin.input_type, intrin.input_type)
+        regs = []
+        for role, arg, t, lay in zip("cab", e.args, want, (intrin.c, intrin.a, intrin.b)):
+            ptr = self.operand_ptr(arg)
+            assert isinstance(arg, E.BufferLoad)  # operand_ptr raised otherwise
+            if arg.buffer.dtype != t:
+                raise CodegenError(f"{e.op}: operand {role} is buffer {arg.buffer.name} of {arg.buffer.dtype}, "
+                                   f"the instruction takes {t}")
+            # bfloat16 stays in its i16 memory form: the bf16 intrinsics take <N x i16>
+            v = self.builder.load(ptr, typ=ir.VectorType(self.memory_type(t), lay.per_lane))
+            v.align = max(1, t.bits // 8)
+            regs.append((ptr, v))
+        (acc_ptr, c), (_, av), (_, bv) = regs
+        name = intrin.instruction
+        args: list[ir.Value] = [av, bv, c]
+        if name.startswith("llvm.amdgcn.mfma."):
+            args += [ir.Constant(I32, 0)] * 3  # cbsz, abid, blgp: no broadcast, no lane-group pattern
+        elif name.startswith("llvm.amdgcn.wmma."):
+            name += f".{_suffix(c.type)}.{_suffix(av.type)}"  # overloaded on the C/D and A/B types
+        else:
+            raise CodegenError(f"{intrin.name}: the ROCm backend does not know the LLVM intrinsic {name}")
+        d = self.builder.call(self.intrinsic(name, c.type, [x.type for x in args]), args)
+        st = self.builder.store(d, acc_ptr)
+        st.align = max(1, intrin.accumulator_type.bits // 8)
 
 
 class _PrivateAlloca(ir.instructions.AllocaInstr):
