@@ -55,6 +55,10 @@ def _depends(e: Any, var: E.Var) -> bool:
     return bool(found)
 
 
+def _is_unit(x: E.PrimExpr) -> bool:
+    return isinstance(x, E.IntImm) and x.value == 1
+
+
 class _VecExpr(Mutator):
     """Rewrites an expression so that ``var`` is the ramp of ``lanes`` lanes."""
 
@@ -80,6 +84,13 @@ class _VecExpr(Mutator):
         a, b = self.visit(e.a), self.visit(e.b)
         if a.dtype.lanes == 1 and b.dtype.lanes == 1:
             return e if (a is e.a and b is e.b) else type(e)(a, b, e.dtype)
+        # A uniform operand (a broadcast) takes part as the scalar it broadcasts.
+        if isinstance(a, E.Broadcast):
+            a = a.value
+        if isinstance(b, E.Broadcast):
+            b = b.value
+        if a.dtype.lanes == 1 and b.dtype.lanes == 1:
+            return self.bcast(simplify(type(e)(a, b, e.dtype)))
         # Keep affine index arithmetic as ramps so loads stay contiguous.
         if isinstance(e, (E.Add, E.Sub)):
             ra, rb = isinstance(a, E.Ramp), isinstance(b, E.Ramp)
@@ -94,6 +105,15 @@ class _VecExpr(Mutator):
                     self.lanes,
                     a.dtype,
                 )
+        if isinstance(e, (E.FloorDiv, E.FloorMod)) and isinstance(a, E.Ramp) and _is_unit(a.stride):
+            # ramp(base, 1, n) // c with c a multiple of n and base a multiple of n: every lane
+            # falls in the same block of c, so the quotient is uniform and the remainder a ramp.
+            c = b.value if isinstance(b, E.IntImm) else None
+            base_mod = simplify(E.floormod(a.base, self.lanes))
+            if c and c > 0 and c % self.lanes == 0 and isinstance(base_mod, E.IntImm) and base_mod.value == 0:
+                if isinstance(e, E.FloorDiv):
+                    return self.bcast(simplify(E.floordiv(a.base, c)))
+                return E.Ramp(simplify(E.floormod(a.base, c)), a.stride, self.lanes, a.dtype)
         if isinstance(e, E.Mul):
             if isinstance(a, E.Ramp) and b.dtype.lanes == 1:
                 return E.Ramp(simplify(a.base * b), simplify(a.stride * b), self.lanes, a.dtype)

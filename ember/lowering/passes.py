@@ -170,6 +170,30 @@ class VectorizeLoops(Pass):
         return vectorize_loops(ir)
 
 
+class PipelineSharedCopies(Pass):
+    """Software pipelining of loops marked by ``Stage.pipeline`` (see
+    :func:`~ember.lowering.pipeline.pipeline_shared_copies`); copies become ``cp.async`` on
+    ``cuda`` targets of sm_80 and newer."""
+
+    name = "PipelineSharedCopies"
+    required = True
+    contract = (
+        "needs a flattened, vectorized Stmt; gives each pipeline-marked loop with its shared staging "
+        "buffers in slots filled stages - 1 iterations ahead, waits and barriers before each use"
+    )
+
+    def __init__(self, target: Target | None = None) -> None:
+        self.target = target
+
+    def transform(self, ir: Any, ctx: PassContext) -> S.Stmt:
+        """``ir`` with marked loops pipelined."""
+        from .pipeline import pipeline_shared_copies
+
+        t = self.target
+        sm = int("".join(ch for ch in t.mcpu if ch.isdigit()) or 0) if t is not None and t.kind == "cuda" else 0
+        return pipeline_shared_copies(ir, async_copies=sm >= 80)
+
+
 def default_loop_pipeline(
     lowering: _Lowering, arg_buffers: dict[StageKey, Buffer], target: Target | None = None
 ) -> Sequential:
@@ -184,6 +208,7 @@ def default_loop_pipeline(
             Simplify(),
             UnrollLoops(target=target),
             VectorizeLoops(target=target),
+            PipelineSharedCopies(target=target),
             Simplify(),
         ],
         name="LowerLoops",

@@ -372,7 +372,12 @@ class _Lowering:
         attr = st.iter_attrs.get(iv)
         kind = attr.kind if attr is not None else S.ForKind.SERIAL
         tag = attr.thread_tag if attr is not None else ""
-        return S.For(iv.var, E.const(0), simplify(leaves[iv].extent), kind, body, tag)
+        notes: tuple[tuple[str, Any], ...] = ()
+        if iv in st.pipelined:
+            from .pipeline import PIPELINE
+
+            notes = ((PIPELINE, st.pipelined[iv]),)
+        return S.For(iv.var, E.const(0), simplify(leaves[iv].extent), kind, body, tag, notes)
 
 
 def _guard(preds: list[E.PrimExpr], body: S.Stmt) -> S.Stmt:

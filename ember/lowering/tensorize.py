@@ -314,13 +314,19 @@ def _lane_loop(lane: E.Var, warp: int, body: S.Stmt) -> S.Stmt:
     return S.For(lane, E.const(0), E.const(warp), S.ForKind.THREAD_BINDING, body, "threadIdx.x")
 
 
-def _guard(preds: list[E.PrimExpr], body: S.Stmt) -> S.Stmt:
+def _condition(preds: list[E.PrimExpr]) -> E.PrimExpr | None:
+    """The conjunction of the predicates that are not provably true (None: all are)."""
     cond: E.PrimExpr | None = None
     for p in preds:
         p = simplify(p)
         if isinstance(p, E.IntImm) and p.value:
             continue
         cond = p if cond is None else E.logical_and(cond, p)
+    return cond
+
+
+def _guard(preds: list[E.PrimExpr], body: S.Stmt) -> S.Stmt:
+    cond = _condition(preds)
     return body if cond is None else S.IfThenElse(cond, body)
 
 
@@ -453,15 +459,9 @@ def _emit_load(low: _Lowering, loops: StageLoops, intrin: MatrixIntrinsic) -> S.
     stores: list[S.Stmt] = []
     for r in range(lay.per_lane):
         u, v = lay.coord(lane, r)
-        sub = {lrow.var: simplify(u), lcol.var: simplify(v)}
+        sub = {lrow.var: simplify(E.convert(u)), lcol.var: simplify(E.convert(v))}
         value = substitute(loops.body[0], sub)
-        preds = [substitute(p, sub) for p in loops.preds]
-        cond: E.PrimExpr | None = None
-        for p in preds:
-            p = simplify(p)
-            if isinstance(p, E.IntImm) and p.value:
-                continue
-            cond = p if cond is None else E.logical_and(cond, p)
+        cond = _condition([substitute(p, sub) for p in loops.preds])
         if cond is not None:
             value = E.select(cond, value, E.const(0, value.dtype))
         stores.append(S.ProducerStore(out, value, _phys_index(low, st, origin, r)))
@@ -587,7 +587,7 @@ def _emit_store(low: _Lowering, loops: StageLoops, intrin: MatrixIntrinsic) -> S
     outs = [op.output(k) for k in range(op.num_outputs)]
     for r in range(lay.per_lane):
         u, v = lay.coord(lane, r)
-        sub = {lrow.var: simplify(u), lcol.var: simplify(v)}
+        sub = {lrow.var: simplify(E.convert(u)), lcol.var: simplify(E.convert(v))}
         reads = _WarpReads(low, r, (lrow, lcol))
         vals = [substitute(reads.visit(b), sub) for b in loops.body]
         index = tuple(simplify(substitute(ix, sub)) for ix in loops.index)

@@ -8,7 +8,9 @@
 * a block computes ``BM x BN`` outputs with ``(BM / WM) x (BN / WN)`` warps (``threadIdx.z``,
   ``threadIdx.y``; ``threadIdx.x`` is the lane); per chunk of ``BK`` along ``K`` both operands
   are staged in shared memory (rows padded by 16 bytes, so ``ldmatrix`` is free of bank
-  conflicts), each warp loads its fragments (``ldmatrix``) and issues
+  conflicts) by a software pipeline of ``stages`` slots (``cp.async`` copies issued
+  ``stages - 1`` chunks ahead, :mod:`ember.lowering.pipeline`; NVIDIA only, AMD stages
+  synchronously), each warp loads its fragments (``ldmatrix``) and issues
   ``(WM / m) x (WN / n)`` instructions per ``k`` step into accumulators held in registers;
 * the result is stored from the registers (each lane its own elements), converted to the
   output type, with guards at the matrix edges.
@@ -32,13 +34,15 @@ from .space import ConfigSpace
 
 @dataclass(frozen=True)
 class TCTile:
-    """A tensor-core GEMM tiling: block ``bm x bn``, warp ``wm x wn``, reduction chunk ``bk``."""
+    """A tensor-core GEMM tiling: block ``bm x bn``, warp ``wm x wn``, reduction chunk ``bk``,
+    ``stages`` shared-memory slots of the software pipeline (1: none)."""
 
     bm: int = 128
     bn: int = 128
     bk: int = 32
     wm: int = 64
     wn: int = 64
+    stages: int = 3
 
     def check(self, intrin: MatrixIntrinsic, elem_bytes: int, smem_limit: int) -> str | None:
         """Why this tiling is illegal for ``intrin``, or None."""
@@ -51,13 +55,26 @@ class TCTile:
         if warps * intrin.warp > 1024 or self.bn // self.wn > 64:
             return f"{warps} warps of {intrin.warp} lanes exceed a block's 1024 threads"
         pad = 16 // elem_bytes
-        smem = (self.bm * (self.bk + pad) + self.bk * (self.bn + pad)) * elem_bytes
+        smem = (self.bm * (self.bk + pad) + self.bk * (self.bn + pad)) * elem_bytes * self.stages
+        if not 1 <= self.stages <= 8:
+            return f"{self.stages} pipeline stages (1 to 8)"
         if smem > smem_limit:
             return f"the staged tiles need {smem} bytes of shared memory, the limit is {smem_limit}"
         regs = (self.wm // intrin.m) * (self.wn // intrin.n) * intrin.c.per_lane
         if regs > 128:
             return f"{regs} accumulator registers per lane (at most 128)"
         return None
+
+
+def default_tile(intrin: MatrixIntrinsic) -> TCTile:
+    """The tiling :func:`tensorcore_matmul` uses when given none: 128 x 128 blocks of 64 x 64
+    warp tiles; 32 x 32 warp tiles for RDNA3's WMMA, whose replicated operands take twice the
+    registers (64 x 64 spills there)."""
+    if intrin.kind == "rocm" and intrin.warp == 32:
+        return TCTile(64, 64, 32, 32, 32, stages=1)
+    if intrin.kind == "rocm":
+        return TCTile(stages=1)
+    return TCTile()
 
 
 def _ceil(a: int, b: int) -> int:
@@ -75,8 +92,9 @@ def tensorcore_space(intrin: MatrixIntrinsic | str, target: Target | str = "cuda
     space.define_knob("bk", (16, 32, 64), default=32)
     space.define_knob("wm", (16, 32, 64, 128), default=64)
     space.define_knob("wn", (16, 32, 64, 128), default=64)
+    space.define_knob("stages", (1, 2, 3, 4), default=3)
     elem = max(1, it.input_type.bits // 8)
-    limit = tgt.max_shared_memory_per_block
+    limit = tgt.max_shared_memory_per_block_optin
 
     def legal(cfg: object) -> str | None:
         return tile_of(cfg).check(it, elem, limit)
@@ -87,7 +105,7 @@ def tensorcore_space(intrin: MatrixIntrinsic | str, target: Target | str = "cuda
 
 def tile_of(cfg: object) -> TCTile:
     """The :class:`TCTile` of a configuration of :func:`tensorcore_space`."""
-    return TCTile(*(int(cfg[k].val) for k in ("bm", "bn", "bk", "wm", "wn")))  # type: ignore[index]
+    return TCTile(*(int(cfg[k].val) for k in ("bm", "bn", "bk", "wm", "wn", "stages")))  # type: ignore[index]
 
 
 def tensorcore_matmul(
@@ -107,8 +125,8 @@ def tensorcore_matmul(
     lacks."""
     it = lookup(intrin)
     tgt = Target(target) if isinstance(target, str) else target
-    t = tile or TCTile()
-    why = t.check(it, max(1, it.input_type.bits // 8), tgt.max_shared_memory_per_block) or it.unavailable(tgt)
+    t = tile or default_tile(it)
+    why = t.check(it, max(1, it.input_type.bits // 8), tgt.max_shared_memory_per_block_optin) or it.unavailable(tgt)
     if why:
         raise ScheduleError(f"tensorcore_matmul with {it.name}: {why}")
     dt, acc = it.in_dtype, it.acc_dtype
@@ -168,6 +186,8 @@ def tensorcore_matmul(
     cmi, cti = s[Cp].split(ci, factor=it.m)
     cnj, ctj = s[Cp].split(cj, factor=it.n)
     s[Cp].reorder(ko, kt, cmi, cnj, cti, ctj, kk)
+    if t.stages > 1 and tgt.kind == "cuda":  # AMD has no asynchronous copy here: stage synchronously
+        s[Cp].pipeline(ko, t.stages)
     s[Cp].unroll(kt)
     s[Cp].unroll(cmi)
     s[Cp].unroll(cnj)

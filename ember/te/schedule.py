@@ -78,6 +78,8 @@ class Stage:
         self.leaf_iter_vars: list[IterVar] = list(root)
         self.relations: list[Split | Fuse] = []
         self.iter_attrs: dict[IterVar, IterAttr] = {}
+        #: loops software-pipelined by :meth:`pipeline`, with their number of stages
+        self.pipelined: dict[IterVar, int] = {}
 
     # -- helpers ----------------------------------------------------------------------------
     @property
@@ -354,6 +356,18 @@ class Stage:
         if scope not in SCOPES:
             raise ScheduleError(f"set_scope on stage {self.name}: unknown scope {scope!r} ({', '.join(SCOPES)})")
         self.scope = scope
+
+    def pipeline(self, ivar: IterVar, stages: int) -> None:
+        """Software-pipeline serial loop ``ivar``: the shared-memory caches computed at it are
+        kept in ``stages`` slots and filled ``stages - 1`` iterations ahead of the compute that
+        reads them (asynchronously with ``cp.async`` on NVIDIA sm_80 and newer), so the copies of
+        later iterations overlap this one's arithmetic (see :mod:`ember.lowering.pipeline`)."""
+        iv = self._axis(ivar, "pipeline")
+        if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
+            raise ScheduleError(f"pipeline on stage {self.name}: stages must be an integer from 2 to 8, got {stages!r}")
+        if iv.kind is not IterKind.REDUCE and iv not in self.leaf_iter_vars:
+            raise ScheduleError(f"pipeline on stage {self.name}: {iv.var.name} is not a loop of it")
+        self.pipelined[iv] = stages
 
     def tensorize(self, ivar: IterVar, intrin: Any) -> None:
         """Compute the loops from ``ivar`` inward with the warp-level matrix instruction

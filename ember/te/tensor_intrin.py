@@ -114,6 +114,8 @@ class MatrixIntrinsic:
                 return f"{self.name} needs sm_{self.min_arch} or newer, the target is {target.mcpu}"
         elif self.archs and target.mcpu not in self.archs:
             return f"{self.name} exists on {', '.join(self.archs)}, not on {target.mcpu}"
+        if target.warp_size != self.warp:
+            return f"{self.name} runs on wave{self.warp}, {target} runs wave{target.warp_size}"
         return None
 
 

@@ -29,6 +29,7 @@ import llvmlite.ir as ir
 
 from ...codegen.llvm import F32, I32
 from ...errors import CodegenError, ToolchainError
+from ...ir import expr as E
 from ...target import Target
 from ..cpu.codegen import init_llvm, optimize, parse_and_verify
 from ..gpu.build import disabled, env_path
@@ -174,6 +175,28 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             fty = ir.FunctionType(ir.LiteralStructType([I32] * count), [ir.IntType(64)])
             res = b.call(ir.InlineAsm(fty, text, ",".join(["=r"] * count + ["l"]), side_effect=True), [addr])
             self.store_words(dst, [b.extract_value(res, i) for i in range(count)])
+            return ir.Constant(I32, 0)
+        if e.op.startswith("tc.cp_async:"):
+            nbytes = int(e.op[len("tc.cp_async:"):])
+            dst_ref, src_ref, size = e.args
+            assert isinstance(src_ref, E.BufferLoad)
+            dst = b.ptrtoint(self.operand_ptr(dst_ref), ir.IntType(64))
+            src = b.ptrtoint(self.operand_ptr(src_ref), ir.IntType(64))
+            self._note_vector(src_ref.buffer)
+            cache = "cg" if nbytes == 16 else "ca"
+            fty = ir.FunctionType(ir.VoidType(), [ir.IntType(64), ir.IntType(64), I32])
+            asm = ir.InlineAsm(fty, f"cp.async.{cache}.shared.global [$0], [$1], {nbytes}, $2;", "l,l,r,~{memory}",
+                               side_effect=True)
+            b.call(asm, [dst, src, self._int_cast(self.expr(size), I32)])
+            return ir.Constant(I32, 0)
+        if e.op == "tc.cp_async_commit":
+            b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}",
+                                side_effect=True), [])
+            return ir.Constant(I32, 0)
+        if e.op.startswith("tc.cp_async_wait:"):
+            n = int(e.op[len("tc.cp_async_wait:"):])
+            b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), f"cp.async.wait_group {n};", "~{memory}",
+                                side_effect=True), [])
             return ir.Constant(I32, 0)
         return super().matrix_call(e)
 
