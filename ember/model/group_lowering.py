@@ -101,7 +101,7 @@ def lower_groups(
         s = strategy.schedule_group(fixed + work)
         used = {id(st.op) for st in s.stages}
         ins = [(name, t) for name, t in zip(gr_inputs, params) if id(t.op) in used]
-        funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname))
+        funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname, target=strategy.target))
         outs_all = list(gr.outputs) + work_names
         steps.append({"kind": "kernel", "func": fname, "args": [n for n, _ in ins] + outs_all, "nout": len(outs_all)})
     return funcs, steps

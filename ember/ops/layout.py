@@ -15,6 +15,7 @@ from typing import Protocol
 
 from ..ir.dtypes import dtype as as_dtype
 from ..target import Target
+from ..te.tensor_intrin import MatrixIntrinsic
 
 
 class Layout(Protocol):
@@ -23,6 +24,11 @@ class Layout(Protocol):
     def gemm_panel_width(self, dtype: str = "float32") -> int:
         """The width ``nr`` (>= 1) of the column panels ``[N / nr, K, nr]`` a packed GEMM's right
         operand of ``dtype`` elements is stored in."""
+        ...
+
+    def matrix_intrinsic(self, dtype: str) -> MatrixIntrinsic | None:
+        """The warp-level matrix instruction (tensor cores, AMD matrix cores) products of two
+        ``dtype`` operands run on, or None (CUDA-core or CPU code)."""
         ...
 
 
@@ -41,6 +47,10 @@ class CPULayout:
     def gemm_panel_width(self, dtype: str = "float32") -> int:
         """:func:`vector_panel_width` of the target's vector width."""
         return vector_panel_width(self.target.vector_bits, dtype)
+
+    def matrix_intrinsic(self, dtype: str) -> MatrixIntrinsic | None:
+        """None: the CPU has no warp-level matrix instructions."""
+        return None
 
 
 @functools.cache

@@ -45,6 +45,14 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul", strategy: Layout |
     out = batch + ((M,) if not a1 else ()) + ((N,) if not b1 else ())
     if len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N >= 256:
         return _matmul_packed(a, b, batch, M, K, N, strategy or host_layout())
+    intrin = (strategy or host_layout()).matrix_intrinsic(dtype_of(a)) if dtype_of(a) == dtype_of(b) else None
+    if intrin is not None and len(sb) == 2 and not a1 and K >= 16 and N >= 16 and M * N >= 256:
+        lead = ea[:-2]
+
+        def a_at(li: tuple[Any, ...], m: Any, kk: Any) -> Any:
+            return a[tuple(li) + (m, kk)]
+
+        return tensorcore_product(a_at, lambda kk, n: b[kk, n], lead, M, N, K, dtype_of(a), intrin, name)
     k = te.reduce_axis((0, K), name="k")
     nb = len(batch)
     dt = dtype_of(a)
@@ -73,6 +81,60 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul", strategy: Layout |
     if wide == dt:
         return mm
     return compute(out, lambda *i: cast(mm[i], dt), name=uname(name + "_round"))
+
+
+# Padding of a tensor-core product's accumulator: rows and columns to a power of two from 16 up to
+# 128 (the largest block tile of ember.strategy.tensorcore), k to 32 (its smallest chunk).
+TC_MAX_TILE = 128
+TC_K_CHUNK = 32
+
+
+def _tc_pad(n: int) -> int:
+    tile = 16
+    while tile < min(n, TC_MAX_TILE):
+        tile *= 2
+    return -(-n // tile) * tile
+
+
+def tensorcore_product(
+    a_at: Any, b_at: Any, lead: tuple[int, ...], M: int, N: int, K: int, dt: str, intrin: Any, name: str,
+    b_rows_are_n: bool = False,
+) -> Tensor:
+    """``out[*lead, m, n] = sum_k a_at(lead, m, k) * b_at(k, n)`` in ``dt`` on the matrix
+    instruction ``intrin`` (float32 accumulation, one rounding). ``a_at``/``b_at`` give the
+    operands' elements inside ``M x K`` / ``K x N``; the accumulator (tag ``"tc_gemm"``) runs over
+    a padded domain (whole tiles, :func:`_tc_pad`) reading zero-padded views of them, so that the
+    schedule (:func:`ember.strategy.tensorcore.schedule_tensorcore`) needs no guard inside a tile.
+    ``b_rows_are_n`` stores the padded ``B`` view as ``N x K`` (when its source is ``N x K``)."""
+    Mp, Np, Kp = _tc_pad(M), _tc_pad(N), -(-K // TC_K_CHUNK) * TC_K_CHUNK
+    zero = const_like(0, dt)
+    acc = intrin.acc_dtype
+    nl = len(lead)
+
+    def inside(v: Any, rows: Any, nrows: int, nrows_p: int, ks: Any) -> Any:
+        # Only the conditions the padding needs: whole operands are read without a select.
+        conds = ([rows < nrows] if nrows_p != nrows else []) + ([ks < K] if Kp != K else [])
+        if not conds:
+            return v
+        c = conds[0] if len(conds) == 1 else conds[0] & conds[1]
+        return te.if_then_else(c, v, zero)
+
+    ap = compute(lead + (Mp, Kp), lambda *i: inside(a_at(i[:nl], i[-2], i[-1]), i[-2], M, Mp, i[-1]),
+                 name=uname(name + "_a"))
+    if b_rows_are_n:
+        bp = compute((Np, Kp), lambda n, k: inside(b_at(k, n), n, N, Np, k), name=uname(name + "_b"),
+                     constant_layout=True)
+    else:
+        bp = compute((Kp, Np), lambda k, n: inside(b_at(k, n), n, N, Np, k), name=uname(name + "_b"),
+                     constant_layout=True)
+    k = te.reduce_axis((0, Kp), name="k")
+
+    def body(*i: Any) -> Any:
+        bv = bp[i[-1], k.var] if b_rows_are_n else bp[k.var, i[-1]]
+        return te.sum(cast(ap[i[:-1] + (k.var,)], acc) * cast(bv, acc), axis=k)
+
+    cacc = compute(lead + (Mp, Np), body, name=uname(name + "_tc"), tag="tc_gemm", attrs={"intrin": intrin.name})
+    return compute(lead + (M, N), lambda *i: cast(cacc[i], dt), name=uname(name + "_round"))
 
 
 def _matmul_packed(
@@ -138,7 +200,12 @@ def gemm(ctx: OpContext, a: Tensor, b: Tensor, c: Tensor | None = None) -> Tenso
     N = sb[0] if tb else sb[1]
     dt = dtype_of(a)
     wide = acc_dtype(dt)  # float16 products accumulate in float32, rounded once
-    if dt == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N >= 256:
+    intrin = ctx.strategy.matrix_intrinsic(dt) if dt == dtype_of(b) else None
+    if intrin is not None and K >= 16 and N >= 16 and M * N >= 256:
+        mm = tensorcore_product(lambda li, i, kk: a[kk, i] if ta else a[i, kk],
+                                lambda kk, j: b[j, kk] if tb else b[kk, j], (), M, N, K, dt, intrin, "gemm",
+                                b_rows_are_n=bool(tb))
+    elif dt == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N >= 256:
         a2 = compute((M, K), lambda i, kk: a[kk, i], name=uname("gemm_at")) if ta else a
         b2 = compute((K, N), lambda kk, j: b[j, kk], name=uname("gemm_bt")) if tb else b
         mm = matmul_tensor(a2, b2, name="gemm", strategy=ctx.strategy)

@@ -28,6 +28,7 @@ from ..arith import simplify
 from ..ir import expr as E
 from ..target import Target
 from ..te import ComputeOp, IterVar, Tensor
+from ..te.tensor_intrin import MatrixIntrinsic
 
 if TYPE_CHECKING:
     from ..ops.layout_transform import LayoutPolicy
@@ -73,6 +74,11 @@ class Strategy(ABC):
         """The schedule of one fused kernel computing ``outs``. Stages named in ``keep`` are not
         inlined. ``config`` (a point of :meth:`space` of the same outputs) sets the tunable
         stage's knobs; without it the space's default point is used."""
+
+    def matrix_intrinsic(self, dtype: str) -> MatrixIntrinsic | None:
+        """The matrix instruction products of two ``dtype`` operands run on, or None (the
+        default: no matrix unit)."""
+        return None
 
     def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
         """The knob space of the tunable stage of the kernel computing ``outs`` (its packed GEMM),

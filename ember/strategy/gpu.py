@@ -42,8 +42,10 @@ from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
 from ..te.rewrite import rewrite
 from ..te.tensor import IterKind, IterVar, Range
+from ..te.tensor_intrin import INTRINSICS, MatrixIntrinsic
 from .base import Strategy, extent, first_tagged
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
+from .tensorcore import schedule_tensorcore, tile_for_domain
 
 THREADS = 256
 # Packed GEMM tilings, largest first: (block tile BM x BN, thread tile TM x TN), always 16 x 16
@@ -107,8 +109,21 @@ class GPUStrategy(Strategy):
         return lift_scalar_reductions(outs)
 
     def keeps_in_memory(self, op: ComputeOp) -> bool:
-        """Workspace stages and every intermediate reduction (which runs as a kernel of its own)."""
-        return op.workspace or op.is_reduction
+        """Workspace stages and every intermediate reduction (which runs as a kernel of its own),
+        except a tensor-core accumulator (it stays in registers of its consumer's kernel)."""
+        return op.workspace or (op.is_reduction and op.tag != "tc_gemm")
+
+    def matrix_intrinsic(self, dtype: str) -> MatrixIntrinsic | None:
+        """The target's matrix instruction for float16 and bfloat16 products: ``mma.sync``
+        m16n8k16 on NVIDIA sm_80 and newer (sm_90 included: ``wgmma`` is not emitted yet), MFMA
+        16x16x16 on gfx90a/gfx942, WMMA on RDNA3; None otherwise (CUDA-core schedules)."""
+        names = {"float16": ("mma.m16n8k16.f16", "mfma.f32.16x16x16.f16", "wmma.f32.16x16x16.f16"),
+                 "bfloat16": ("mma.m16n8k16.bf16", "mfma.f32.16x16x16.bf16", "wmma.f32.16x16x16.bf16")}
+        for name in names.get(str(dtype), ()):
+            intrin = INTRINSICS.get(name)
+            if intrin is not None and intrin.unavailable(self.target) is None:
+                return intrin
+        return None
 
 
 def _threads_for(total: int) -> int:
@@ -273,6 +288,24 @@ def lift_scalar_reductions(outs: Sequence[Tensor]) -> list[Tensor]:
     return rewrite(outs, lift)
 
 
+def _tensorcore_input(s: te.Schedule, stage: te.Stage) -> Tensor | None:
+    """The tensor-core accumulator (tag ``"tc_gemm"``) that root stage ``stage`` reads, directly or
+    through inlined stages, or None."""
+    seen: set[int] = set()
+    todo = list(stage.op.input_tensors) if isinstance(stage.op, ComputeOp) else []
+    while todo:
+        t = todo.pop()
+        if id(t.op) in seen:
+            continue
+        seen.add(id(t.op))
+        st = s[t]
+        if getattr(st.op, "tag", "") == "tc_gemm" and st.attach == "root" and not st.is_output:
+            return st.op.output(0)
+        if st.attach == "inline" and isinstance(st.op, ComputeOp):
+            todo.extend(st.op.input_tensors)
+    return None
+
+
 def schedule_group_gpu(
     outs: Sequence[Tensor],
     keep: set[str] | frozenset[str] = frozenset(),
@@ -302,6 +335,13 @@ def schedule_group_gpu(
     for stage in list(s.stages):
         op = stage.op
         if isinstance(op, PlaceholderOp) or stage.attach != "root":
+            continue
+        if getattr(op, "tag", "") == "tc_gemm" and not stage.is_output:
+            continue  # computed in registers of the stage that reads it (below)
+        acc = _tensorcore_input(s, stage)
+        if acc is not None:
+            intrin = INTRINSICS[acc.op.attrs["intrin"]]
+            schedule_tensorcore(s, stage.op.output(0), acc, intrin, tile_for_domain(acc, intrin), target)
             continue
         if getattr(op, "tag", "") == "conv_packed":
             assert isinstance(op, ComputeOp)

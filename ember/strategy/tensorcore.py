@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from .. import te
 from ..errors import ScheduleError
 from ..ir import expr as E
+from ..ir.visitor import Mutator, free_vars, post_order_visit, substitute
 from ..target import Target
 from ..te.tensor_intrin import MatrixIntrinsic, lookup
 from .space import ConfigSpace
@@ -75,6 +76,26 @@ def default_tile(intrin: MatrixIntrinsic) -> TCTile:
     if intrin.kind == "rocm":
         return TCTile(stages=1)
     return TCTile()
+
+
+def tile_for_domain(acc: te.Tensor, intrin: MatrixIntrinsic) -> TCTile:
+    """The tiling of an accumulator whose domain is whole tiles (``ops.nn.tensorcore_product``
+    pads rows and columns to powers of two from 16 to 128, ``k`` to 32): the largest block of at
+    most 128 x 128 that divides it, warps of at most 64 x 64, chunks of 64 along ``k`` where
+    they divide (else 32)."""
+    from ..arith import simplify
+
+    *_, mp, np_ = (int(simplify(x).value) for x in acc.shape)  # type: ignore[union-attr]
+    kp = int(simplify(acc.op.reduce_axis[0].dom.extent).value)  # type: ignore[union-attr]
+
+    def block(n: int) -> int:
+        return next(b for b in (128, 64, 32, 16) if n % b == 0)
+
+    bm, bn = block(mp), block(np_)
+    base = default_tile(intrin)
+    wm, wn = min(base.wm, bm), min(base.wn, bn)
+    wm, wn = max(wm, intrin.m), max(wn, intrin.n)
+    return TCTile(bm, bn, 64 if kp % 64 == 0 else 32, wm, wn, base.stages)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -153,6 +174,63 @@ def tensorcore_matmul(
     s = te.create_schedule(C.op)
     s[Ap].compute_inline()
     s[Bp].compute_inline()
+    schedule_tensorcore(s, C, Cp, it, t, tgt)
+    return s, [A, B, C]
+
+
+class _Inlined(Mutator):
+    """An expression with the reads of inlined stages replaced by their bodies."""
+
+    def __init__(self, s: te.Schedule):
+        self.s = s
+
+    def visit_ProducerLoad(self, e: E.ProducerLoad) -> E.PrimExpr:
+        e = self.generic_mutate(e)
+        st = self.s[e.producer]
+        if st.attach != "inline" or not isinstance(st.op, te.ComputeOp):
+            return e
+        body = st.op.body[e.producer.value_index]
+        return self.visit(substitute(body, {iv.var: ix for iv, ix in zip(st.op.axis, e.indices)}))
+
+
+def _axes_reading(s: te.Schedule, out_op: te.ComputeOp, acc: te.Tensor) -> tuple[list, te.IterVar | None, list]:
+    """The output's axes that index the accumulator's row (``i``), its column (``j`` parts, e.g.
+    ``oh``, ``ow`` of a convolution) and the others (batch)."""
+    reads: list[E.ProducerLoad] = []
+    for b in (_Inlined(s).visit(x) for x in out_op.body):
+        post_order_visit(b, lambda n: reads.append(n) if isinstance(n, E.ProducerLoad) and n.producer.op is acc.op
+                         else None)
+    if not reads:
+        raise ScheduleError(f"stage {out_op.name} does not read the accumulator {acc.name}")
+    idx = reads[0].indices
+    row_vars, col_vars = set(free_vars(idx[-2])), set(free_vars(idx[-1]))
+    rows = [a for a in out_op.axis if a.var in row_vars]
+    cols = [a for a in out_op.axis if a.var in col_vars]
+    batch = [a for a in out_op.axis if a not in rows and a not in cols]
+    if len(rows) != 1 or not cols or set(map(id, rows)) & set(map(id, cols)):
+        raise ScheduleError(f"stage {out_op.name} must read {acc.name} with one axis for its rows and others for "
+                            "its columns")
+    return batch, rows[0], cols
+
+
+def schedule_tensorcore(s: te.Schedule, out: te.Tensor, acc: te.Tensor, intrin: MatrixIntrinsic,
+                        t: TCTile, target: Target) -> None:
+    """Schedule ``out`` (its stage reads the reduction ``acc = sum(A[.., i, k] * B[.., k, j])``,
+    possibly through an inlined epilogue) on ``intrin`` with tiling ``t`` (see the module doc).
+    ``acc``'s domain must be whole tiles (rows, columns, ``k`` multiples of ``bm``, ``bn``,
+    ``bk``); its operands are read through shared memory (zero outside their domains), the
+    output's axes beyond the row and the columns go to ``blockIdx.z``."""
+    it = intrin
+    Cp, C = acc, out
+    red = s[Cp].op
+    assert isinstance(red, te.ComputeOp) and red.is_reduction
+
+    loads: list[E.ProducerLoad] = []
+    post_order_visit(red.body[0], lambda n: loads.append(n) if isinstance(n, E.ProducerLoad) else None)
+    operands = list(dict.fromkeys(ld.producer for ld in loads))
+    if len(operands) != 2:
+        raise ScheduleError(f"the tensor-core schedule needs a product of two tensors in {red.name}")
+    Ap, Bp = operands
     As = s.cache_read(Ap, "shared", [Cp])
     Bs = s.cache_read(Bp, "shared", [Cp])
     Af = s.cache_read(As, "warp", [Cp])
@@ -161,14 +239,20 @@ def tensorcore_matmul(
     warps_m, warps_n = t.bm // t.wm, t.bn // t.wn
 
     # The output: block, warp, then (m x n) tiles stored from the accumulators.
-    i, j = s[C].op.axis
+    out_op = s[C].op
+    batch, i, cols = _axes_reading(s, out_op, Cp)
+    j = s[C].fuse(*cols) if len(cols) > 1 else cols[0]
     bi, ii = s[C].split(i, factor=t.bm)
     bj, jj = s[C].split(j, factor=t.bn)
     wi, ii = s[C].split(ii, factor=t.wm)
     wj, jj = s[C].split(jj, factor=t.wn)
     mi, ti = s[C].split(ii, factor=it.m)
     nj, tj = s[C].split(jj, factor=it.n)
-    s[C].reorder(bi, bj, wi, wj, mi, nj, ti, tj)
+    bz = s[C].fuse(*batch) if len(batch) > 1 else (batch[0] if batch else None)
+    order = ([bz] if bz is not None else []) + [bi, bj, wi, wj, mi, nj, ti, tj]
+    s[C].reorder(*order)
+    if bz is not None:
+        s[C].bind(bz, te.thread_axis("blockIdx.z"))
     s[C].bind(bi, te.thread_axis("blockIdx.y"))
     s[C].bind(bj, te.thread_axis("blockIdx.x"))
     s[C].bind(wi, te.thread_axis("threadIdx.z"))
@@ -179,48 +263,45 @@ def tensorcore_matmul(
 
     # The accumulators of one warp, over K in chunks of bk, steps of the instruction's k.
     s[Cp].compute_at(s[C], wj)
-    ci, cj = s[Cp].op.axis
+    ci, cj = s[Cp].op.axis[-2:]
     (ck,) = s[Cp].op.reduce_axis
     ko, kr = s[Cp].split(ck, factor=t.bk)
     kt, kk = s[Cp].split(kr, factor=it.k)
     cmi, cti = s[Cp].split(ci, factor=it.m)
     cnj, ctj = s[Cp].split(cj, factor=it.n)
-    s[Cp].reorder(ko, kt, cmi, cnj, cti, ctj, kk)
-    if t.stages > 1 and tgt.kind == "cuda":  # AMD has no asynchronous copy here: stage synchronously
+    lead = list(s[Cp].op.axis[:-2])
+    s[Cp].reorder(*lead, ko, kt, cmi, cnj, cti, ctj, kk)
+    if t.stages > 1 and target.kind == "cuda":  # AMD has no asynchronous copy here: stage synchronously
         s[Cp].pipeline(ko, t.stages)
     s[Cp].unroll(kt)
     s[Cp].unroll(cmi)
     s[Cp].unroll(cnj)
     s[Cp].tensorize(cti, it)
 
-    # Fragments: per k step, the warp's rows of A and columns of B.
-    for frag, rows_first in ((Af, True), (Bf, b_transposed)):
+    # Fragments: per k step, the warp's rows of A and columns of B (either operand may be stored
+    # with k first or last: the reduction's index tells which of its axes is k).
+    kvar = ck.var
+    for frag, src, tile_rows in ((Af, Ap, it.m), (Bf, Bp, it.n)):
         s[frag].compute_at(s[Cp], kt)
-        x, y = s[frag].op.axis
-        # (row axis, tile of it): the m (or n) axis is split by the instruction's m (or n).
-        if frag is Af:
-            xo, xi = s[frag].split(x, factor=it.m)
-            s[frag].reorder(xo, xi, y)
-            s[frag].unroll(xo)
-            s[frag].tensorize(xi, it)
-        elif rows_first:  # B as N x K: rows are n
-            xo, xi = s[frag].split(x, factor=it.n)
-            s[frag].reorder(xo, xi, y)
-            s[frag].unroll(xo)
-            s[frag].tensorize(xi, it)
-        else:  # B as K x N
-            yo, yi = s[frag].split(y, factor=it.n)
-            s[frag].reorder(yo, x, yi)
-            s[frag].unroll(yo)
-            s[frag].tensorize(x, it)
+        ld = next(x for x in loads if x.producer is src)
+        axes = list(s[frag].op.axis)
+        kdim = next(d for d, ix in enumerate(ld.indices) if kvar in free_vars(ix))
+        x_k = axes[kdim]
+        other = [a for d, a in enumerate(axes) if d != kdim]
+        mn = other[-1]  # the row (A) or column (B) axis; leading ones are batch (extent 1 here)
+        mo, mnt = s[frag].split(mn, factor=tile_rows)
+        s[frag].reorder(*other[:-1], mo, *((mnt, x_k) if kdim > axes.index(mn) else (x_k, mnt)))
+        s[frag].unroll(mo)
+        first = mnt if kdim > axes.index(mn) else x_k
+        s[frag].tensorize(first, it)
 
     # Shared staging: all threads copy the block's tiles, 16 bytes per thread and step.
     elem = max(1, it.input_type.bits // 8)
     vec = max(1, 16 // elem)
     for sh in (As, Bs):
         s[sh].compute_at(s[Cp], ko)
-        x, y = s[sh].op.axis
-        fused = s[sh].fuse(x, y)
+        axes = list(s[sh].op.axis)
+        fused = s[sh].fuse(*axes) if len(axes) > 1 else axes[0]
         fo, fv = s[sh].split(fused, factor=vec)
         fo, tx = s[sh].split(fo, factor=it.warp)
         fo, ty = s[sh].split(fo, factor=warps_n)
@@ -229,7 +310,8 @@ def tensorcore_matmul(
         s[sh].bind(ty, te.thread_axis("threadIdx.y"))
         s[sh].bind(tx, te.thread_axis("threadIdx.x"))
         s[sh].vectorize(fv)
-    s[As].storage_align(s[As].op.axis[0], t.bk, vec)
-    inner_b = t.bk if b_transposed else t.bn
-    s[Bs].storage_align(s[Bs].op.axis[0], inner_b, vec)
-    return s, [A, B, C]
+        # The staged rows are whole chunks of k (bk) or of a block's columns or rows.
+        ld = next(x for x in loads if x.producer is (Ap if sh is As else Bp))
+        k_last = kvar in free_vars(ld.indices[-1])
+        row = t.bk if k_last else (t.bm if sh is As else t.bn)
+        s[sh].storage_align(s[sh].op.axis[-2], row, vec)

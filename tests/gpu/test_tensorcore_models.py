@@ -1,0 +1,90 @@
+"""float16 and bfloat16 ONNX models whose matrix products run on tensor cores (``mma.sync``),
+against float64 NumPy references of the same graph (ONNX Runtime's CPU provider lacks many
+float16 kernels).
+
+Tolerance: the products accumulate in float32 and are rounded once to the model's type, then the
+epilogue (bias, activation) runs in that type; the reference does the same in float64. The
+rounded product may differ by one unit in the last place (its float32 sum is ordered
+differently), which the bias can leave as the whole difference, and the sum adds one more
+rounding: ``|out - ref| <= 2 ulp(|x @ W| + |ref|) + 2^-20 (|x| @ |W|)`` with ulp = 2^-10
+(float16) or 2^-7 (bfloat16) relative."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+
+onnx = pytest.importorskip("onnx", reason="the model tests build models with onnx")
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper as h  # noqa: E402
+from onnx import numpy_helper as nh  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+rng = np.random.default_rng()
+ULP = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+def _bf16_round(x: np.ndarray) -> np.ndarray:
+    bits = ember.runtime.ndarray.float32_to_bfloat16_bits(np.asarray(x, np.float32)).astype(np.uint32) << 16
+    return bits.view(np.float32).astype(np.float64)
+
+
+def _round(x: np.ndarray, dt: str) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float64) if dt == "float16" else _bf16_round(x)
+
+
+def _model(nodes, inputs, outputs, inits) -> bytes:
+    m = h.make_model(h.make_graph(nodes, "g", inputs, outputs, inits), opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _tensor(name: str, x: np.ndarray, dt: str):
+    if dt == "float16":
+        return nh.from_array(x.astype(np.float16), name)
+    # x holds bfloat16 values already (_round), so onnx's float -> bfloat16 conversion is exact
+    return h.make_tensor(name, T.BFLOAT16, x.shape, x.astype(np.float32).reshape(-1).tolist())
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("b,m,k,n", [(2, 128, 768, 768), (1, 77, 130, 65), (3, 5, 40, 300)])
+def test_matmul_bias_relu_on_tensor_cores(cuda_dev, dt, b, m, k, n) -> None:
+    elem = T.FLOAT16 if dt == "float16" else T.BFLOAT16
+    w = _round(rng.standard_normal((k, n)) * 0.1, dt)
+    bias = _round(rng.standard_normal(n), dt)
+    nodes = [h.make_node("MatMul", ["x", "w"], ["y"]), h.make_node("Add", ["y", "bias"], ["z"]),
+             h.make_node("Relu", ["z"], ["out"])]
+    model = _model(nodes, [h.make_tensor_value_info("x", elem, [b, m, k])],
+                   [h.make_tensor_value_info("out", elem, None)], [_tensor("w", w, dt), _tensor("bias", bias, dt)])
+    compiled = ember.compile(model, target="cuda")
+    src = compiled.get_source("asm")
+    assert "mma.sync.aligned.m16n8k16" in src, "the product did not run on tensor cores"
+    x = _round(rng.standard_normal((b, m, k)), dt)
+    (out,) = compiled(x=x.astype(np.float16 if dt == "float16" else np.dtype("bfloat16")))
+    got = np.asarray(out).astype(np.float64)
+    mm = x @ w
+    ref = np.maximum(_round(_round(mm, dt) + bias, dt), 0)
+    bound = np.abs(x) @ np.abs(w)
+    err = np.abs(got - ref)
+    assert np.all(np.isfinite(got))
+    assert np.all(err <= 2 * ULP[dt] * (np.abs(mm) + np.abs(ref)) + 2.0**-20 * bound), float(np.max(err))
+
+
+def test_gemm_transposed_weights_on_tensor_cores(cuda_dev) -> None:
+    m, k, n = 64, 96, 200
+    w = _round(rng.standard_normal((n, k)) * 0.1, "float16")
+    c = _round(rng.standard_normal(n), "float16")
+    nodes = [h.make_node("Gemm", ["x", "w", "c"], ["out"], transB=1)]
+    model = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT16, [m, k])],
+                   [h.make_tensor_value_info("out", T.FLOAT16, None)],
+                   [_tensor("w", w, "float16"), _tensor("c", c, "float16")])
+    compiled = ember.compile(model, target="cuda")
+    assert "mma.sync.aligned.m16n8k16" in compiled.get_source("asm")
+    x = _round(rng.standard_normal((m, k)), "float16")
+    (out,) = compiled(x=x.astype(np.float16))
+    mm = x @ w.T
+    ref = _round(_round(mm, "float16") + c, "float16")
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= 2 * ULP["float16"] * (np.abs(mm) + np.abs(ref)) + 2.0**-20 * (np.abs(x) @ np.abs(w.T)))
