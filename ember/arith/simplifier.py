@@ -69,17 +69,38 @@ class _Simplifier(Mutator):
         return Linear.atom(e)
 
     def _merge_divmod(self, lin: Linear) -> Linear:
-        """``(x // c) * c * k + (x % c) * k`` becomes ``x * k`` (floor division, c > 0)."""
+        """``(x // c) * c * k + (y % c) * k`` becomes ``x * k`` (floor division, c > 0) when
+        ``x`` and ``y`` are congruent modulo ``c`` (the same, or differing by multiples of ``c``:
+        a remainder's argument is often already reduced, ``(128 a + i) % 56`` to ``(16 a + i) % 56``)."""
         for key, (atom, coef) in list(lin.terms.items()):
             if key not in lin.terms or not (isinstance(atom, E.FloorMod) and isinstance(atom.b, E.IntImm)):
                 continue
             c = atom.b.value
+            if c <= 0:
+                continue
             dkey = structural_key(E.FloorDiv(atom.a, atom.b, atom.dtype))
             d = lin.terms.get(dkey)
-            if c > 0 and d is not None and d[1] == coef * c:
+            if d is None:
+                d, dkey = self._congruent_div(lin, atom, coef * c)
+            if d is not None and d[1] == coef * c:
                 rest = Linear(lin.dtype, {k: v for k, v in lin.terms.items() if k not in (key, dkey)}, lin.const)
-                lin = rest.add(self.linear(atom.a).scale(coef))
+                x = d[0].a if isinstance(d[0], E.FloorDiv) else atom.a
+                lin = rest.add(self.linear(x).scale(coef))
         return lin
+
+    def _congruent_div(self, lin: Linear, mod: E.FloorMod, want: int) -> tuple[Any, Any]:
+        """A term ``(x // c)`` with coefficient ``want`` of ``lin`` whose ``x`` is congruent to
+        ``mod.a`` modulo ``c``; ``(None, None)`` when there is none."""
+        c = mod.b.value  # type: ignore[attr-defined]
+        ly = self.linear(mod.a)
+        for k, (atom, coef) in lin.terms.items():
+            divides = isinstance(atom, E.FloorDiv) and isinstance(atom.b, E.IntImm) and atom.b.value == c
+            if coef != want or not divides:
+                continue
+            diff = self.linear(atom.a).add(ly, -1)
+            if diff.const % c == 0 and all(t % c == 0 for _, t in diff.terms.values()):
+                return (atom, coef), k
+        return None, None
 
     def rebuild(self, lin: Linear) -> E.PrimExpr:
         return lin.to_expr()

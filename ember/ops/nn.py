@@ -96,16 +96,18 @@ def _tc_pad(n: int) -> int:
     return -(-n // tile) * tile
 
 
-def tensorcore_product(
+def tensorcore_accumulator(
     a_at: Any, b_at: Any, lead: tuple[int, ...], M: int, N: int, K: int, dt: str, intrin: Any, name: str,
-    b_rows_are_n: bool = False,
+    b_rows_are_n: bool = False, a_batched: bool = True, b_batched: bool = False,
 ) -> Tensor:
-    """``out[*lead, m, n] = sum_k a_at(lead, m, k) * b_at(k, n)`` in ``dt`` on the matrix
-    instruction ``intrin`` (float32 accumulation, one rounding). ``a_at``/``b_at`` give the
-    operands' elements inside ``M x K`` / ``K x N``; the accumulator (tag ``"tc_gemm"``) runs over
-    a padded domain (whole tiles, :func:`_tc_pad`) reading zero-padded views of them, so that the
-    schedule (:func:`ember.strategy.tensorcore.schedule_tensorcore`) needs no guard inside a tile.
-    ``b_rows_are_n`` stores the padded ``B`` view as ``N x K`` (when its source is ``N x K``)."""
+    """``acc[*lead, m, n] = sum_k a_at(li, m, k) * b_at(li, k, n)`` (``li``: the ``lead``
+    indices; an operand that is not ``*_batched`` ignores them) accumulated in the matrix
+    instruction ``intrin``'s type, over a domain padded to whole tiles (:func:`_tc_pad`: the
+    elements past ``M``, ``N`` are not meaningful) that reads zero-padded views of the operands,
+    so that the schedule (:func:`ember.strategy.tensorcore.schedule_tensorcore`) needs no guard
+    inside a tile. Tag ``"tc_gemm"``. A view that reads no batch index is flagged
+    ``constant_layout`` (folded at compile time when its source is a constant).
+    ``b_rows_are_n`` stores ``B``'s view as ``N x K`` (when its source is ``N x K``)."""
     Mp, Np, Kp = _tc_pad(M), _tc_pad(N), -(-K // TC_K_CHUNK) * TC_K_CHUNK
     zero = const_like(0, dt)
     acc = intrin.acc_dtype
@@ -119,22 +121,72 @@ def tensorcore_product(
         c = conds[0] if len(conds) == 1 else conds[0] & conds[1]
         return te.if_then_else(c, v, zero)
 
-    ap = compute(lead + (Mp, Kp), lambda *i: inside(a_at(i[:nl], i[-2], i[-1]), i[-2], M, Mp, i[-1]),
-                 name=uname(name + "_a"))
+    a_lead = lead if a_batched else ()
+    b_lead = lead if b_batched else ()
+    ap = compute(a_lead + (Mp, Kp), lambda *i: inside(a_at(i[:-2], i[-2], i[-1]), i[-2], M, Mp, i[-1]),
+                 name=uname(name + "_a"), constant_layout=not a_batched)
     if b_rows_are_n:
-        bp = compute((Np, Kp), lambda n, k: inside(b_at(k, n), n, N, Np, k), name=uname(name + "_b"),
-                     constant_layout=True)
+        bp = compute(b_lead + (Np, Kp), lambda *i: inside(b_at(i[:-2], i[-1], i[-2]), i[-2], N, Np, i[-1]),
+                     name=uname(name + "_b"), constant_layout=not b_batched)
     else:
-        bp = compute((Kp, Np), lambda k, n: inside(b_at(k, n), n, N, Np, k), name=uname(name + "_b"),
-                     constant_layout=True)
+        bp = compute(b_lead + (Kp, Np), lambda *i: inside(b_at(i[:-2], i[-2], i[-1]), i[-1], N, Np, i[-2]),
+                     name=uname(name + "_b"), constant_layout=not b_batched)
     k = te.reduce_axis((0, Kp), name="k")
 
     def body(*i: Any) -> Any:
-        bv = bp[i[-1], k.var] if b_rows_are_n else bp[k.var, i[-1]]
-        return te.sum(cast(ap[i[:-1] + (k.var,)], acc) * cast(bv, acc), axis=k)
+        li = i[:nl]
+        av = ap[(li if a_batched else ()) + (i[-2], k.var)]
+        bi = li if b_batched else ()
+        bv = bp[bi + (i[-1], k.var)] if b_rows_are_n else bp[bi + (k.var, i[-1])]
+        return te.sum(cast(av, acc) * cast(bv, acc), axis=k)
 
-    cacc = compute(lead + (Mp, Np), body, name=uname(name + "_tc"), tag="tc_gemm", attrs={"intrin": intrin.name})
+    return compute(lead + (Mp, Np), body, name=uname(name + "_tc"), tag="tc_gemm", attrs={"intrin": intrin.name})
+
+
+def tensorcore_product(
+    a_at: Any, b_at: Any, lead: tuple[int, ...], M: int, N: int, K: int, dt: str, intrin: Any, name: str,
+    b_rows_are_n: bool = False,
+) -> Tensor:
+    """``out[*lead, m, n] = sum_k a_at(lead, m, k) * b_at(k, n)`` in ``dt`` on ``intrin``
+    (float32 accumulation, one rounding): :func:`tensorcore_accumulator` viewed at ``M x N``."""
+    cacc = tensorcore_accumulator(a_at, lambda li, kk, n: b_at(kk, n), lead, M, N, K, dt, intrin, name,
+                                  b_rows_are_n=b_rows_are_n)
     return compute(lead + (M, N), lambda *i: cast(cacc[i], dt), name=uname(name + "_round"))
+
+
+def _conv2d_tensorcore(
+    x: Tensor, w: Tensor, bias: Tensor | None, strides: list[int], dil: list[int], lo: list[int],
+    out_sp: tuple[int, ...], intrin: Any,
+) -> Tensor:
+    """2-D convolution as an implicit GEMM on the matrix instruction ``intrin``: ``W`` viewed as
+    ``M x (C KH KW)`` (a constant: padded at compile time) times the im2col view of ``X``
+    (``(C KH KW) x (OH OW)`` per image, gathered while it is staged in shared memory, never
+    stored), accumulated in float32 and rounded once; bias and what the graph fuses after it run
+    in the store."""
+    B, C, H, W = shape(x)
+    M, _, KH, KW = shape(w)
+    OH, OW = out_sp
+    dt = dtype_of(x)
+    taps = KH * KW
+
+    def w_at(li: Any, m: Any, kk: Any) -> Any:
+        return w[m, E.floordiv(kk, taps), E.floormod(E.floordiv(kk, KW), KH), E.floormod(kk, KW)]
+
+    def x_at(li: Any, kk: Any, n: Any) -> Any:
+        c, r, q = E.floordiv(kk, taps), E.floormod(E.floordiv(kk, KW), KH), E.floormod(kk, KW)
+        ih = E.floordiv(n, OW) * strides[0] + r * dil[0] - lo[0]
+        iw = E.floormod(n, OW) * strides[1] + q * dil[1] - lo[1]
+        ok = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        return te.if_then_else(ok, x[li[0], c, ih, iw], const_like(0, dt))
+
+    cacc = tensorcore_accumulator(w_at, x_at, (B,), M, OH * OW, C * taps, dt, intrin, "conv", a_batched=False,
+                                  b_batched=True)
+
+    def view(b: Any, m: Any, oh: Any, ow: Any) -> Any:
+        v = cast(cacc[b, m, oh * OW + ow], dt)
+        return v + bias[m] if bias is not None else v
+
+    return compute((B, M, OH, OW), view, name=uname("conv"))
 
 
 def _matmul_packed(
@@ -278,6 +330,9 @@ def conv_tensor(
     out_sp = tuple((sx[2 + d] + lo[d] + hi[d] - ((ksp[d] - 1) * dil[d] + 1)) // strides[d] + 1 for d in range(nsp))
     if nsp == 2 and groups == 1 and dtype_of(x) == "float32" and dtype_of(w) == "float32":
         return _conv2d_packed(x, w, bias, strides, dil, lo, out_sp, strategy or host_layout())
+    intrin = (strategy or host_layout()).matrix_intrinsic(dtype_of(x)) if dtype_of(x) == dtype_of(w) else None
+    if intrin is not None and nsp == 2 and groups == 1 and M >= 16 and Cg * int(np.prod(ksp)) >= 16:
+        return _conv2d_tensorcore(x, w, bias, strides, dil, lo, out_sp, intrin)
     if is_depthwise(x, w, groups):
         return depthwise_conv2d(x, w, bias, strides, dil, lo, hi)
     xp = pad_tensor(x, [0, 0] + lo, [0, 0] + hi) if any(lo) or any(hi) else x

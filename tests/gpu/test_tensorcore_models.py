@@ -88,3 +88,42 @@ def test_gemm_transposed_weights_on_tensor_cores(cuda_dev) -> None:
     ref = _round(_round(mm, "float16") + c, "float16")
     err = np.abs(out.astype(np.float64) - ref)
     assert np.all(err <= 2 * ULP["float16"] * (np.abs(mm) + np.abs(ref)) + 2.0**-20 * (np.abs(x) @ np.abs(w.T)))
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    """Cross-correlation of NCHW ``x`` with ``w`` (float64)."""
+    B, C, H, W = x.shape
+    M, _, KH, KW = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    OH, OW = (H + 2 * pad - KH) // stride + 1, (W + 2 * pad - KW) // stride + 1
+    out = np.zeros((B, M, OH, OW))
+    for r in range(KH):
+        for q in range(KW):
+            patch = xp[:, :, r:r + stride * OH:stride, q:q + stride * OW:stride]
+            out += np.einsum("bchw,mc->bmhw", patch, w[:, :, r, q])
+    return out
+
+
+@pytest.mark.parametrize("b,c,hw,m,k,stride,pad", [(2, 13, 17, 24, 3, 2, 1), (1, 64, 56, 64, 3, 1, 1),
+                                                   (1, 3, 33, 32, 7, 2, 3), (2, 32, 9, 48, 1, 1, 0)])
+def test_conv_bias_residual_relu_on_tensor_cores(cuda_dev, b, c, hw, m, k, stride, pad) -> None:
+    """An implicit-GEMM convolution (no im2col buffer) with bias, a residual add and ReLU in its store."""
+    w = _round(rng.standard_normal((m, c, k, k)) * 0.2, "float16")
+    bias = _round(rng.standard_normal(m), "float16")
+    oh = (hw + 2 * pad - k) // stride + 1
+    nodes = [h.make_node("Conv", ["x", "w", "bias"], ["y"], strides=[stride, stride], pads=[pad] * 4),
+             h.make_node("Add", ["y", "res"], ["z"]), h.make_node("Relu", ["z"], ["out"])]
+    model = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT16, [b, c, hw, hw]),
+                           h.make_tensor_value_info("res", T.FLOAT16, [b, m, oh, oh])],
+                   [h.make_tensor_value_info("out", T.FLOAT16, None)],
+                   [_tensor("w", w, "float16"), _tensor("bias", bias, "float16")])
+    compiled = ember.compile(model, target="cuda")
+    assert "mma.sync.aligned.m16n8k16" in compiled.get_source("asm")
+    x = _round(rng.standard_normal((b, c, hw, hw)), "float16")
+    res = _round(rng.standard_normal((b, m, oh, oh)), "float16")
+    (out,) = compiled(x=x.astype(np.float16), res=res.astype(np.float16))
+    mm = _conv_ref(x, w, stride, pad)
+    ref = np.maximum(_round(_round(_round(mm, "float16") + bias[None, :, None, None], "float16") + res, "float16"), 0)
+    bound = _conv_ref(np.abs(x), np.abs(w), stride, pad)
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= 3 * ULP["float16"] * (np.abs(mm) + np.abs(ref) + np.abs(res)) + 2.0**-20 * bound)

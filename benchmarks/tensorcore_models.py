@@ -1,0 +1,155 @@
+"""float16 networks on tensor cores: ember next to PyTorch eager (cuDNN/cuBLAS) and torch.compile,
+in one run on an NVIDIA GPU.
+
+Cases: ResNet-50 (the seeded test network of ``tests/models/nets.py``) at batch 1 and 32, and
+BERT-base (``transformers`` default config, random weights, sequence 128, batch 1), each exported
+to ONNX in float16 from the CUDA model. ember's output is compared with PyTorch's (the largest
+difference relative to the largest output, float16 on both sides). Times are medians of
+CUDA-synchronised calls with inputs already on the device. Writes ``tensorcore_models.json`` and
+``.md`` to ``--out``.
+
+    python benchmarks/tensorcore_models.py --out benchmarks/results [--models DIR] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "models"))
+
+import ember  # noqa: E402
+
+
+def _median_ms(fn: Any, sync: Any, warmup: int = 10, iters: int = 40) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def _export(model: Any, inputs: tuple, path: Path, names: list[str], outs: list[str]) -> Path:
+    import torch
+
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        torch.onnx.export(model, inputs, str(tmp), input_names=names, output_names=outs, opset_version=17,
+                          dynamo=False)
+        os.replace(tmp, path)
+    return path
+
+
+def _cases(directory: Path, quick: bool) -> list[tuple[str, Any, dict[str, Any], Path]]:
+    import torch
+    from nets import randomize_bn, resnet50
+
+    torch.manual_seed(0)
+    net = resnet50().eval()
+    randomize_bn(net)
+    net = net.cuda().half()
+    cases = []
+    for batch in ((1,) if quick else (1, 32)):
+        x = torch.randn(batch, 3, 224, 224, device="cuda").half()
+        path = _export(net, (x,), directory / f"resnet50_fp16_b{batch}.onnx", ["input"], ["output"])
+        cases.append((f"resnet50_fp16_b{batch}", net, {"input": x}, path))
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(num_hidden_layers=2 if quick else 12)
+    bert = BertModel(cfg).eval().cuda().half()
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids: Any, mask: Any) -> Any:
+            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    wrapper = Wrapper().eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, 128), device="cuda")
+    mask = torch.ones_like(ids)
+    path = _export(wrapper, (ids, mask), directory / f"bert_base_fp16_l{cfg.num_hidden_layers}.onnx",
+                   ["input_ids", "attention_mask"], ["last_hidden_state"])
+    cases.append(("bert_base_fp16_seq128", wrapper, {"input_ids": ids, "attention_mask": mask}, path))
+    return cases
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--models", default=None, help="directory for the exported ONNX files (default: a temp dir)")
+    ap.add_argument("--quick", action="store_true", help="batch 1 and a 2-layer BERT only")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    args = ap.parse_args()
+    import torch
+
+    directory = Path(args.models or tempfile.mkdtemp(prefix="ember-tc-models-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    dev = ember.cuda(0)
+    results: dict = {"device": dev.attributes["device_name"], "torch": torch.__version__,
+                     "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                     "timing": "median of 40 CUDA-synchronised calls, inputs on the device", "results": {}}
+    lines = ["| model | ember ms | torch eager ms | torch.compile ms | ember / eager | ember / compile | "
+             "max rel diff vs torch | kernels | compile s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, net, feeds, path in _cases(directory, args.quick):
+        os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-cache-")
+        t0 = time.perf_counter()
+        model = ember.compile(str(path), target="cuda")
+        compile_s = time.perf_counter() - t0
+        with torch.no_grad():
+            want = net(*feeds.values()).float().cpu().numpy()
+        host = {k: v.cpu().numpy() for k, v in feeds.items()}
+        (got,) = model(**host)[:1]
+        diff = float(np.abs(got.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30))
+        dev_feeds = {k: ember.nd.array(v, dev) for k, v in host.items()}
+        t_ember = _median_ms(lambda m=model, f=dev_feeds: m.run_on_device(**f), dev.sync)
+        with torch.no_grad():
+            t_eager = _median_ms(lambda n=net, f=feeds: n(*f.values()), torch.cuda.synchronize)
+            t_comp = None
+            if not args.no_compile:
+                try:
+                    comp = torch.compile(net)
+                    t_comp = _median_ms(lambda c=comp, f=feeds: c(*f.values()), torch.cuda.synchronize, warmup=3)
+                except Exception as err:  # noqa: BLE001 - report, do not stop the benchmark
+                    print(f"torch.compile failed on {name}: {err}", file=sys.stderr)
+        prof = model.profile(**host)
+        r = {"ember_ms": t_ember, "torch_eager_ms": t_eager, "torch_compile_ms": t_comp,
+             "ember_over_eager": t_ember / t_eager, "ember_over_compile": t_ember / t_comp if t_comp else None,
+             "max_rel_diff_vs_torch": diff,
+             "kernels": len(model._program.functions) if model._program is not None else None,
+             "compile_s_cold_cache": round(compile_s, 1),
+             "slowest_kernels_ms": [(k, round(v * 1e3, 4)) for k, v in sorted(prof, key=lambda p: -p[1])[:8]]}
+        results["results"][name] = r
+        comp_s = f"{t_comp:.3f}" if t_comp else "n/a"
+        ratio_c = f"{t_ember / t_comp:.2f}" if t_comp else "n/a"
+        lines.append(f"| {name} | {t_ember:.3f} | {t_eager:.3f} | {comp_s} | {t_ember / t_eager:.2f} | {ratio_c} | "
+                     f"{diff:.1e} | {r['kernels']} | {r['compile_s_cold_cache']} |")
+        print(name, json.dumps(r, indent=1), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "tensorcore_models.json"), "w") as fh:
+        json.dump(results, fh, indent=2)
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "tensorcore_models.md"), "w") as fh:
+        fh.write(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
