@@ -34,7 +34,7 @@ from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.buffer import Buffer
 from ..ir.dtypes import INT32
-from ..ir.visitor import Mutator, free_vars, post_order_visit, substitute
+from ..ir.visitor import free_vars, post_order_visit, substitute
 from ..target import Target
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -487,20 +487,6 @@ class _Access:
     writes: dict[Any, frozenset[Any]]
 
 
-def _accesses(s: Any) -> _Access:
-    reads: dict[Any, set[Any]] = {}
-    writes: dict[Any, set[Any]] = {}
-
-    def visit(n: Any) -> None:
-        if isinstance(n, E.BufferLoad) and n.buffer.scope == "shared":
-            reads.setdefault(n.buffer, set()).add(tuple(structural_key(i) for i in n.indices))
-        elif isinstance(n, S.BufferStore) and n.buffer.scope == "shared":
-            writes.setdefault(n.buffer, set()).add(tuple(structural_key(i) for i in n.indices))
-
-    post_order_visit(s, visit)
-    return _Access({k: frozenset(v) for k, v in reads.items()}, {k: frozenset(v) for k, v in writes.items()})
-
-
 _THREAD_KEY: dict[Any, bool] = {}
 
 
@@ -548,20 +534,62 @@ def _merge(a: _Access, b: _Access) -> _Access:
 _EMPTY = _Access({}, {})
 
 
-class _ThreadVarNames(Mutator):
-    """Replaces loop variables bound to threadIdx by the hardware index, so that accesses by one
-    thread to its own element compare equal wherever they are written."""
+def _renamed_accesses(s: S.Stmt) -> _Access:
+    """The shared buffers ``s`` reads and writes, each with the set of its index expressions
+    (structural keys) where loop variables bound to threadIdx are replaced by the hardware index,
+    so that accesses by one thread to its own element compare equal wherever they are written.
+    The statement is walked, not rebuilt: only the indices of shared accesses are renamed, which
+    keeps the barrier pass fast on large unrolled kernels."""
+    reads: dict[Any, set[Any]] = {}
+    writes: dict[Any, set[Any]] = {}
+    vmap: dict[E.Var, E.PrimExpr] = {}
 
-    def __init__(self) -> None:
-        self.map: dict[E.Var, E.PrimExpr] = {}
+    def key(indices: tuple[E.PrimExpr, ...]) -> tuple[Any, ...]:
+        return tuple(structural_key(substitute(i, vmap) if vmap else i) for i in indices)
 
-    def visit_For(self, s: S.For) -> S.Stmt:
-        if s.kind is S.ForKind.THREAD_BINDING and s.thread_tag in THREAD_TAGS:
-            self.map[s.loop_var] = tid(s.thread_tag)
-        return self.generic_mutate(s)
+    def expr(e: Any) -> None:
+        def f(n: Any) -> None:
+            if isinstance(n, E.BufferLoad) and n.buffer.scope == "shared":
+                reads.setdefault(n.buffer, set()).add(key(n.indices))
 
-    def visit_Var(self, v: E.Var) -> E.PrimExpr:
-        return self.map.get(v, v)
+        post_order_visit(e, f)
+
+    def stmt(x: Any) -> None:
+        if isinstance(x, S.For):
+            if x.kind is S.ForKind.THREAD_BINDING and x.thread_tag in THREAD_TAGS:
+                vmap[x.loop_var] = tid(x.thread_tag)
+            expr(x.min)
+            expr(x.extent)
+            stmt(x.body)
+        elif isinstance(x, S.SeqStmt):
+            for y in x.seq:
+                stmt(y)
+        elif isinstance(x, S.BufferStore):
+            expr(x.value)
+            for i in x.indices:
+                expr(i)
+            if x.buffer.scope == "shared":
+                writes.setdefault(x.buffer, set()).add(key(x.indices))
+        elif isinstance(x, S.IfThenElse):
+            expr(x.condition)
+            stmt(x.then_case)
+            if x.else_case is not None:
+                stmt(x.else_case)
+        elif isinstance(x, S.LetStmt):
+            expr(x.value)
+            stmt(x.body)
+        elif isinstance(x, S.Assert):
+            expr(x.condition)
+            stmt(x.body)
+        elif isinstance(x, (S.Allocate, S.AttrStmt)):
+            stmt(x.body)
+        elif isinstance(x, S.Evaluate):
+            expr(x.value)
+        else:
+            raise LoweringError(f"barrier analysis: unexpected statement {type(x).__name__}")
+
+    stmt(s)
+    return _Access({k: frozenset(v) for k, v in reads.items()}, {k: frozenset(v) for k, v in writes.items()})
 
 
 def insert_barriers(body: S.Stmt, bdim: tuple[int, int, int]) -> S.Stmt:
@@ -576,9 +604,15 @@ def insert_barriers(body: S.Stmt, bdim: tuple[int, int, int]) -> S.Stmt:
 class _Barriers:
     def __init__(self, bdim: tuple[int, int, int]):
         self.bdim = bdim
+        self._memo: dict[int, tuple[S.Stmt, _Access]] = {}
 
     def access(self, s: S.Stmt) -> _Access:
-        return _accesses(_ThreadVarNames().visit(s))
+        hit = self._memo.get(id(s))
+        if hit is not None and hit[0] is s:
+            return hit[1]
+        acc = _renamed_accesses(s)
+        self._memo[id(s)] = (s, acc)
+        return acc
 
     def seq(self, items: list[S.Stmt], pend: _Access, uniform: bool) -> tuple[list[S.Stmt], _Access]:
         """Process statements in order; returns them with barriers and what is pending after."""
