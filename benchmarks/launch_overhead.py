@@ -6,6 +6,16 @@
 * With an NVIDIA GPU present, also ``total_us`` (ember NDArrays, real ``cuLaunchKernel``),
   ``driver_only_us`` (``cuLaunchKernel`` from ctypes with prepared arguments) and ``torch_us``
   (``torch.add(out=)`` on tiny tensors), each as time per call over back-to-back calls.
+* ``graph``: a model's launch cost, N tiny kernels (N = 1, 10, 50, 200) launched one by one
+  through ember (``ember_us``: argument checks and all, as a model without graphs launches them;
+  ``driver_us``: prepared ``cuLaunchKernel`` calls) vs the same N launches captured once into a
+  CUDA graph and replayed (``graph_us``: one ``cuGraphLaunch``), each the wall time of the N
+  launches plus one stream synchronisation, best of 5 rounds; ``*_per_kernel_us`` divides by N.
+* ``model_call``: what a call of a one-kernel model (MatMul + Relu, 33x64 @ 64x48) costs around
+  its kernel: ``run_on_device`` with a device input, graphs off and on; host arrays in and out
+  with graphs on; and the parts of a graph call: the replay alone, binding the input (copy into
+  the fixed buffer), one output copy into a fresh array (allocation and free included), and a
+  synchronisation of the idle stream; each followed by a wait for the context's stream.
 
 Run: ``.venv/bin/python benchmarks/launch_overhead.py [--out DIR]``; writes
 ``launch_overhead.json`` to DIR (default ``benchmarks/results``).
@@ -18,6 +28,7 @@ import ctypes
 import json
 import os
 import time
+from typing import Any
 
 import ember
 from ember import te
@@ -69,6 +80,93 @@ class _NoDriver:
         self._noop(self.func, grid[0], grid[1], grid[2], b[0], b[1], b[2], self.shared, None, self.params, None)
 
 
+def _round_us(fn, sync, rounds: int = 5, iters: int = 200) -> float:
+    """Best over ``rounds`` of the wall time of ``fn(); sync()``, in µs per iteration."""
+    for _ in range(20):
+        fn()
+    sync()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+            sync()
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best * 1e6
+
+
+def _graph_vs_launches(fn, arrs) -> list[dict[str, float]]:
+    """N tiny kernels on one stream: launched one by one vs replayed as a captured graph."""
+    from ember.runtime import cuda_driver as drv
+
+    stream = drv.Stream(0, non_blocking=True)
+    launcher = fn._launchers_on(0)[0]
+    grid = fn._grid_fns[0]([256])
+    values = [a.data_ptr for a in arrs] + [256]
+    rows = []
+    prev = drv.set_stream(stream)
+    try:
+        for n in (1, 10, 50, 200):
+            def ember_calls(n=n) -> None:
+                for _ in range(n):
+                    fn(*arrs)
+
+            def driver_calls(n=n) -> None:
+                for _ in range(n):
+                    launcher(grid, values)
+
+            drv.begin_capture(stream)
+            try:
+                ember_calls()
+            finally:
+                graph = drv.end_capture(stream)
+            assert graph.nodes == n, (graph.nodes, n)
+            row = {
+                "kernels": n,
+                "ember_us": _round_us(ember_calls, stream.synchronize),
+                "driver_us": _round_us(driver_calls, stream.synchronize),
+                "graph_us": _round_us(lambda g=graph: g.launch(stream), stream.synchronize),
+            }
+            for k in ("ember", "driver", "graph"):
+                row[f"{k}_per_kernel_us"] = row[f"{k}_us"] / n
+            rows.append({k: round(v, 2) for k, v in row.items()})
+    finally:
+        drv.set_stream(prev)
+    return rows
+
+
+def _model_call_costs() -> dict[str, float]:
+    """Per-call costs of a one-kernel model (see the module docstring)."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    w = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [33, 64])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], [nh.from_array(w, "w")])
+    proto = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    proto.ir_version = 8
+    m = ember.compile(proto.SerializeToString(), target="cuda")
+    xh = np.ones((33, 64), np.float32)
+    x = ember.nd.array(xh, ember.cuda(0))
+    out: dict[str, float] = {}
+    m.cuda_graphs = False
+    out["call_plain_us"] = _per_call(lambda: m.run_on_device(x), calls=5000)
+    m.cuda_graphs = True
+    out["call_graph_us"] = _per_call(lambda: m.run_on_device(x), calls=5000)
+    out["host_call_graph_us"] = _per_call(lambda: m(xh), calls=5000)
+    ctx = m.context()
+    y = m.run_on_device(x)[0]
+    out["graph_nodes"] = ctx.graph_nodes
+    out["replay_us"] = _per_call(lambda: (ctx.replay(), ctx.finish()), calls=5000)
+    out["bind_us"] = _per_call(lambda: (ctx.bind({"x": x}, fixed=True), ctx.finish()), calls=5000)
+    out["output_copy_us"] = _per_call(lambda: (ctx.mem.copy(y), ctx.finish()), calls=5000)
+    out["stream_sync_us"] = _per_call(ctx.finish, calls=5000)
+    return {k: round(v, 2) for k, v in out.items()}
+
+
 def main() -> None:
     """Measure and write the JSON."""
     ap = argparse.ArgumentParser()
@@ -76,7 +174,7 @@ def main() -> None:
     opts = ap.parse_args()
     f = _vector_add()
     fn = f.get_function("tiny")
-    result: dict[str, float | str] = {}
+    result: dict[str, Any] = {}
     gpu = ember.cuda(0).exist
     if gpu:
         import torch
@@ -90,13 +188,22 @@ def main() -> None:
         result["driver_only_us"] = _per_call(lambda: launcher(grid, values), sync=torch.cuda.synchronize)
         result["torch_us"] = _per_call(lambda: torch.add(ta, tb, out=tc), sync=torch.cuda.synchronize)
         result["device"] = torch.cuda.get_device_name(0)
+        torch.cuda.synchronize()
+        result["graph"] = _graph_vs_launches(fn, arrs)
+        result["model_call"] = _model_call_costs()
     else:
         dt = ember.ir.dtype("float32")
         arrs = [GPUArray(4096 * (k + 1), (256,), dt, ember.cuda(0)) for k in range(3)]
     fn._launchers[0] = [_NoDriver(4)]
     result["python_us"] = _per_call(lambda: fn(*arrs))
     for k, v in result.items():
-        print(f"{k:>16}: {v:.2f}" if isinstance(v, float) else f"{k:>16}: {v}")
+        if k == "graph":
+            for row in v:
+                print(f"{'graph':>16}: " + ", ".join(f"{a} {b}" for a, b in row.items()))
+        elif isinstance(v, dict):
+            print(f"{k:>16}: " + ", ".join(f"{a} {b}" for a, b in v.items()))
+        else:
+            print(f"{k:>16}: {v:.2f}" if isinstance(v, float) else f"{k:>16}: {v}")
     os.makedirs(opts.out, exist_ok=True)
     with open(os.path.join(opts.out, "launch_overhead.json"), "w") as fh:
         json.dump(result, fh, indent=2)

@@ -3,8 +3,13 @@
 For each network the same weights run in PyTorch (eager, TF32 off so both compute in fp32) and
 through ember from the ONNX export; ember's outputs are checked against ONNX Runtime (CPU) first.
 Latency is the median of many synchronised calls with the input already on the device (ember:
-``run_on_device`` on a device array; PyTorch: a CUDA tensor), after a warm-up. Compile time with an
-empty cache is reported too. Writes ``models_gpu.json`` and a table to ``--out``.
+``run_on_device`` on a device array; PyTorch: a CUDA tensor), after a warm-up. ember is timed with
+its launches replayed as one CUDA graph (the default, ``Model.cuda_graphs``) and with one launch per
+kernel (``cuda_graphs=False``); ``saved_us_per_launch`` is the difference per kernel launch (per
+node of the graph: a compiled function may launch several kernels); ``graph_replay_ms`` is the
+graph's replay alone (no input/output copies, no Python), so ``ember_ms - graph_replay_ms`` is what
+a call adds around it. Compile time with an empty cache is reported too. Writes ``models_gpu.json``
+and a table to ``--out``.
 
     python benchmarks/models_gpu.py --out results/
 """
@@ -106,7 +111,19 @@ def main() -> int:
         err = max(_rel_err(g, r) for g, r in zip(got, ref))
         ok &= err <= 1e-4
         dev_feeds = {k: ember.nd.array(v, dev) for k, v in feeds.items()}
+        model.cuda_graphs = False
+        t_plain = _median_ms(lambda m=model, f=dev_feeds: m.run_on_device(**f), dev.sync)
+        model.cuda_graphs = True
         t_ember = _median_ms(lambda m=model, f=dev_feeds: m.run_on_device(**f), dev.sync)
+        got_g = model(**feeds)
+        err = max(err, max(_rel_err(g, r) for g, r in zip(got_g, ref)))
+        ok &= err <= 1e-4
+        ctx = model.context()
+        t_replay = None
+        if ctx.replays > 0 and model._graph_state.failed is None:
+            t_replay = _median_ms(ctx.replay, ctx.finish)
+        else:
+            print(f"{name}: no CUDA graph ({model._graph_state.failed})")
         if args.profile:
             prof = model.profile(*[dev_feeds[i] for i in model.input_names], repeat=5)
             total = sum(t for _, t in prof)
@@ -124,6 +141,11 @@ def main() -> int:
         row = {
             "model": name,
             "ember_ms": round(t_ember, 3),
+            "ember_no_graph_ms": round(t_plain, 3),
+            "graph_speedup": round(t_plain / t_ember, 2),
+            "saved_us_per_launch": round((t_plain - t_ember) * 1e3 / max(1, ctx.graph_nodes), 2),
+            "graph_nodes": ctx.graph_nodes,
+            "graph_replay_ms": None if t_replay is None else round(t_replay, 3),
             "torch_eager_ms": None if t_torch is None else round(t_torch, 3),
             "ratio_vs_torch": None if t_torch is None else round(t_ember / t_torch, 2),
             "max_rel_err_vs_ort": err,
@@ -136,12 +158,17 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "batch": 1, "dtype": "float32",
-            "tf32": False, "timing": "median of 50 synchronised calls after 10 warm-up calls, inputs on the device"}
+            "tf32": False, "timing": "median of 50 synchronised calls after 10 warm-up calls, inputs on the device",
+            "ember_ms": "kernel launches replayed as one CUDA graph (the default)",
+            "ember_no_graph_ms": "one launch per kernel (cuda_graphs=False)"}
     (out / "models_gpu.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1) + "\n")
-    lines = ["| model | ember ms | torch eager ms | ember / torch | max rel err vs ORT | kernels | compile s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| model | ember ms (graph) | ember ms (no graph) | graph speedup | saved µs/launch | replay alone ms | "
+             "torch eager ms | ember / torch | max rel err vs ORT | kernels | compile s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['ember_ms']} | {r['torch_eager_ms']} | {r['ratio_vs_torch']} | "
+        lines.append(f"| {r['model']} | {r['ember_ms']} | {r['ember_no_graph_ms']} | {r['graph_speedup']} | "
+                     f"{r['saved_us_per_launch']} | {r['graph_replay_ms']} | {r['torch_eager_ms']} | "
+                     f"{r['ratio_vs_torch']} | "
                      f"{r['max_rel_err_vs_ort']:.1e} | {r['kernels']} | {r['compile_s_cold_cache']} |")
     (out / "models_gpu.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

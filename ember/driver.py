@@ -179,16 +179,21 @@ def compile(
     fuse: bool = True,
     verbose: bool = False,
     use_cache: bool = True,
+    cuda_graphs: bool = True,
 ) -> Model:  # noqa: A001
     """Compile an ONNX model (path, bytes or ModelProto) or an ember :class:`Graph` for
     ``target`` (``"llvm"``, ``"cuda"``, ``"rocm"``, with options); returns an :class:`ember.Model`.
+
+    ``cuda_graphs`` (CUDA only, a run-time option: no effect on the compiled code or the cache):
+    after a thread's first call the model's kernel launches are replayed as one CUDA graph
+    (``Model.cuda_graphs``, see ``docs/gpu.md``); False launches every kernel on every call.
 
     With ``use_cache`` (and the cache not turned off by ``EMBER_CACHE_DIR=off``), a model that
     took more than ``MODEL_CACHE_MIN_SECONDS`` to compile is stored whole, and compiling the same
     bytes (external data files included) for the same target, input shapes and options with the
     same ember sources loads it instead; kernels are cached one by one as well."""
     if isinstance(model, Graph):
-        return compile_model(model, target, fuse, verbose)
+        return _with_graphs(compile_model(model, target, fuse, verbose), cuda_graphs)
     from .frontend.control_flow import NeedsCallInputs
     from .frontend.onnx import import_onnx
     from .specialize import StructureSpecializer
@@ -200,37 +205,43 @@ def compile(
         cached = model_cache.load_cached_model(root, key)
         if cached is not None:
             cached.source = _source_of(model, target, input_shapes, fuse)  # cache entries hold no source
-            return cached
+            return _with_graphs(cached, cuda_graphs)
     try:
         graph = import_onnx(model, input_shapes)
     except NeedsCallInputs:  # sequence/optional inputs or outputs, value-dependent trip counts
-        return Model(specializer=StructureSpecializer(
-            model, str(Target(target)), input_shapes, lambda g: compile_model(g, target, fuse, verbose)))
+        return _with_graphs(Model(specializer=StructureSpecializer(
+            model, str(Target(target)), input_shapes, lambda g: compile_model(g, target, fuse, verbose))), cuda_graphs)
     t0 = time.perf_counter()
     compiled = compile_model(graph, target, fuse, verbose)
     compiled.source = _source_of(model, target, input_shapes, fuse)
     slow = time.perf_counter() - t0 > model_cache.MODEL_CACHE_MIN_SECONDS
     if root is not None and key is not None and slow and compiled.is_static:
         model_cache.store_cached_model(root, key, compiled)
-    return compiled
+    return _with_graphs(compiled, cuda_graphs)
 
 
-def load(path: str | os.PathLike[str], rebuild: bool = False) -> Model:
+def _with_graphs(model: Model, cuda_graphs: bool) -> Model:
+    model.cuda_graphs = bool(cuda_graphs)
+    return model
+
+
+def load(path: str | os.PathLike[str], rebuild: bool = False, cuda_graphs: bool = True) -> Model:
     """Load a model saved by :meth:`ember.Model.save`.
 
     Loading runs nothing from the file (no pickle, no ``eval``, no ``dlopen``; every member is
     checked against the file's manifest and the backend's checking loader). *Calling* the model
     runs its machine code, so a compiled model is as trusted as its source: for a file from a
     source you do not trust, ``rebuild=True`` compiles the ONNX model the file embeds again
-    with the options it was saved with, and uses none of the file's code."""
+    with the options it was saved with, and uses none of the file's code. ``cuda_graphs`` as
+    for :func:`compile`."""
     from .model.format import load_model, read_source
 
     if not rebuild:
-        return load_model(path)
+        return _with_graphs(load_model(path), cuda_graphs)
     onnx_bytes, opts = read_source(path)
     shapes = opts.get("input_shapes")
     return compile(onnx_bytes, target=str(opts.get("target", "llvm")), input_shapes=shapes,
-                   fuse=bool(opts.get("fuse", True)), use_cache=False)
+                   fuse=bool(opts.get("fuse", True)), use_cache=False, cuda_graphs=cuda_graphs)
 
 
 def _source_of(model: Any, target: str, input_shapes: Mapping[str, Sequence[int]] | None,

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, EmberError
 from ..ir.dtypes import dtype as as_dtype
 from ..runtime.ndarray import DL_CPU, DL_CUDA_HOST, Device, NDArray
 
@@ -26,8 +26,15 @@ class HostMemory:
         return np.empty(shape, dtype=dtype)
 
     def storage(self, nbytes: int) -> np.ndarray:
-        """A byte buffer that the memory plan carves into values."""
-        return np.empty(max(nbytes, 1), dtype=np.uint8)
+        """A byte buffer that the memory plan carves into values (EmberError when the machine
+        cannot give it)."""
+        try:
+            return np.empty(max(nbytes, 1), dtype=np.uint8)
+        except MemoryError as exc:
+            raise EmberError(
+                f"cannot allocate a storage of {nbytes / 2**30:.2f} GiB for the model's intermediate values: "
+                "the machine has not that much memory free"
+            ) from exc
 
     def view(self, storage: np.ndarray, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """``storage`` seen as an array of ``shape`` and ``dtype`` (no copy)."""
@@ -58,8 +65,9 @@ class HostMemory:
                 raise ArgumentError(f"input {name!r}: cannot read the DLPack tensor on the host ({exc})") from exc
         return value if isinstance(value, np.ndarray) else np.asarray(value)
 
-    def place(self, name: str, arr: np.ndarray) -> np.ndarray:
-        """An accepted (and checked) input where kernels read it: C-contiguous host memory."""
+    def place(self, name: str, arr: np.ndarray, fixed: bool = False) -> np.ndarray:
+        """An accepted (and checked) input where kernels read it: C-contiguous host memory
+        (``fixed`` is for device memory)."""
         return np.require(arr, requirements="C")
 
     def to_host(self, arr: np.ndarray) -> np.ndarray:
@@ -70,12 +78,22 @@ class HostMemory:
         """A fresh copy."""
         return arr.copy()
 
+    def all_to_host(self, arrs: list[np.ndarray]) -> list[np.ndarray]:
+        """The arrays as NumPy arrays the caller owns."""
+        return arrs
+
     def sync(self) -> None:
         """Nothing to wait for: CPU kernels return when done."""
 
 
 class DeviceMemory:
-    """Tensors in the memory of one GPU as :class:`~ember.runtime.gpu_array.GPUArray` s."""
+    """Tensors in the memory of one GPU as :class:`~ember.runtime.gpu_array.GPUArray` s.
+
+    On a driver with streams (CUDA) the memory owns one non-blocking stream: every copy it makes
+    and every kernel the executor launches for it goes there, so two execution contexts (two
+    threads) never wait for each other, and :meth:`sync` waits for this stream alone. Work the
+    caller queued on the legacy default stream (an input computed by PyTorch, constants being
+    uploaded) is waited for with an event before it is read (:meth:`after_default_stream`)."""
 
     def __init__(self, device: Device):
         from ..runtime import gpu_array as gpu
@@ -84,6 +102,18 @@ class DeviceMemory:
         self.kind = device.kind
         self._gpu = gpu
         self._staging: dict[str, Any] = {}
+        self._drv = device.driver()
+        #: The stream of this memory's work, or None (ROCm: the legacy default stream).
+        self.stream: Any = None
+        self._event: Any = None
+        if hasattr(self._drv, "set_stream"):
+            self.stream = self._drv.Stream(device.index, non_blocking=True)
+            self._event = self._drv.Event(device.index, timing=False)
+
+    @property
+    def graphs(self) -> bool:
+        """True when launches on this memory's stream can be captured into a graph."""
+        return self.stream is not None and hasattr(self._drv, "begin_capture")
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
         """An uninitialised device array."""
@@ -135,28 +165,78 @@ class DeviceMemory:
             return arr
         return HostMemory().accept(name, value)
 
-    def place(self, name: str, arr: Any) -> Any:
+    def place(self, name: str, arr: Any, fixed: bool = False) -> Any:
         """An accepted (and checked) input where kernels read it: host data is copied into the
-        input's staging buffer on the device (allocated once, reused by later calls)."""
-        if isinstance(arr, self._gpu.GPUArray):
-            return arr
+        input's staging buffer on the device (allocated once, reused by later calls). A device
+        array is used in place, or with ``fixed`` copied into the staging buffer too, so that
+        the input's address is the same on every call (what a captured graph needs)."""
+        gpu = self._gpu
+        if isinstance(arr, gpu.GPUArray):
+            if not fixed:
+                return arr
+            buf = self._staging_for(name, arr.shape, arr.dtype)
+            if arr.nbytes:
+                if self.stream is not None:
+                    self._drv.memcpy_dtod_async(buf.data_ptr, arr.data_ptr, arr.nbytes, self.stream, self.device.index)
+                else:
+                    buf.copyfrom(arr)
+            return buf
         host = np.ascontiguousarray(arr)
+        buf = self._staging_for(name, host.shape, str(as_dtype(str(host.dtype))))
+        if self.stream is None or buf._dtype.kind == "bfloat":
+            buf.copyfrom(host)  # a synchronous copy on the default stream (bfloat16: converted)
+            self.after_default_stream()
+            return buf
+        if host.nbytes:
+            self._drv.memcpy_htod_async(buf.data_ptr, host.ctypes.data, host.nbytes, self.stream, self.device.index)
+        return buf
+
+    def _staging_for(self, name: str, shape: tuple[int, ...], dtype: str) -> Any:
         buf = self._staging.get(name)
-        if buf is None or buf.shape != host.shape or buf.dtype != str(as_dtype(str(host.dtype))):
-            buf = self.empty(host.shape, str(host.dtype))
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype:
+            buf = self.empty(tuple(shape), dtype)
             self._staging[name] = buf
-        return buf.copyfrom(host)
+        return buf
+
+    def after_default_stream(self) -> None:
+        """Make this memory's stream wait for the work queued so far on the legacy default stream
+        (the caller's device inputs, constants just uploaded); the host does not wait."""
+        if self.stream is not None:
+            self._event.record(None)
+            self.stream.wait(self._event)
 
     def to_host(self, arr: Any) -> np.ndarray:
         """Copied to a NumPy array (waits for the device)."""
-        return arr.numpy()
+        return self.all_to_host([arr])[0]
+
+    def all_to_host(self, arrs: list[Any]) -> list[np.ndarray]:
+        """Each array copied to a NumPy array; one wait for all the copies."""
+        if self.stream is None:
+            return [a.numpy() for a in arrs]
+        outs = []
+        for a in arrs:
+            out = np.empty(a.shape, dtype=a._storage_dtype())
+            if out.nbytes:
+                self._drv.memcpy_dtoh_async(out.ctypes.data, a.data_ptr, out.nbytes, self.stream, self.device.index)
+            outs.append(out)
+        self.stream.synchronize()
+        return [(o.astype(np.uint32) << 16).view(np.float32) if a._dtype.kind == "bfloat" else o
+                for a, o in zip(arrs, outs)]
 
     def copy(self, arr: Any) -> Any:
-        """A fresh device copy."""
+        """A fresh device copy (queued on this memory's stream)."""
         out = self.empty(arr.shape, arr.dtype)
-        return out.copyfrom(arr)
+        if self.stream is None:
+            return out.copyfrom(arr)
+        if out.nbytes:
+            self._drv.memcpy_dtod_async(out.data_ptr, arr.data_ptr, out.nbytes, self.stream, self.device.index)
+        return out
 
     def sync(self) -> None:
-        """Wait until the device has finished the queued kernels."""
-        self.device.sync()
+        """Wait until the kernels and copies queued for this memory have finished (this
+        memory's stream; the whole device without one)."""
+        if self.stream is not None:
+            self.stream.synchronize()
+        else:
+            self.device.sync()
 

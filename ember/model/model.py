@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ArgumentError, EmberError
 from ..runtime.ndarray import Device
-from .executor import ExecutionContext
+from .executor import ExecutionContext, GraphState
 from .program import Program, TensorSpec, device_of_target
 
 
@@ -61,7 +61,7 @@ class Model:
     """A compiled model: call it with arrays, save it, load it back, profile it."""
 
     def __init__(self, program: Program | None = None, specializer: Specializer | None = None,
-                 source: dict[str, Any] | None = None):
+                 source: dict[str, Any] | None = None, cuda_graphs: bool = True):
         if (program is None) == (specializer is None):
             raise EmberError("Model: give exactly one of a program and a specializer")
         self._program = program
@@ -69,6 +69,11 @@ class Model:
         #: What the model was compiled from (ONNX bytes, target, options), kept for
         #: ``ember.load(..., rebuild=True)``; None when unknown.
         self.source = source
+        #: On CUDA, replay each thread's kernel launches as one CUDA graph after the first call
+        #: (see :mod:`ember.model.executor`); False: one launch per kernel on every call. Other
+        #: targets ignore it. May be changed between calls.
+        self.cuda_graphs = bool(cuda_graphs)
+        self._graph_state = GraphState()
         self._local = threading.local()
 
     # -- metadata --------------------------------------------------------------------------------
@@ -155,7 +160,7 @@ class Model:
             self._local.contexts = cache
         ctx = cache.get(id(program))
         if ctx is None or ctx.program is not program:
-            ctx = ExecutionContext(program, device_of_target(program.target))
+            ctx = ExecutionContext(program, device_of_target(program.target), self._graph_state)
             cache[id(program)] = ctx
         return ctx
 
@@ -167,14 +172,16 @@ class Model:
         else:
             program, sub, regroup = self._specializer.program_for(given)  # type: ignore[union-attr]
         ctx = self.context(program)
-        env = ctx.bind({n: sub[n] for n in program.input_names})
+        graph = self.cuda_graphs and times is None and ctx.graphs_available()
+        env = ctx.bind({n: sub[n] for n in program.input_names}, fixed=graph)
         outs: list[Any] = []
         for _ in range(repeat):
-            outs = ctx.run(dict(env), times)
+            outs = ctx.run(dict(env), times, graph=graph)
         if on_device:
+            ctx.finish()  # the outputs are complete when the call returns
             outs = [_as_ndarray(o) if ctx.on_host else o for o in outs]
         else:
-            outs = [ctx.to_host(o) for o in outs]
+            outs = ctx.outputs_to_host(outs)
         return regroup(outs) if regroup is not None else outs
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
@@ -192,7 +199,8 @@ class Model:
         return self._run(args, kwargs, on_device=True)
 
     def profile(self, *args: Any, repeat: int = 3, **kwargs: Any) -> list[tuple[str, float]]:
-        """Seconds each kernel takes (best of ``repeat`` runs), in execution order."""
+        """Seconds each kernel takes (best of ``repeat`` runs), in execution order (kernels are
+        launched one by one for this, never from a CUDA graph)."""
         times: dict[str, float] = {}
         self._run(args, kwargs, on_device=True, times=times, repeat=repeat)
         return list(times.items())

@@ -5,9 +5,14 @@ too), so arrays pass between them without copies. Calls that fail raise
 :class:`~ember.errors.DeviceError` with the driver's error name; a machine without the driver
 gets one sentence saying so.
 
-Work is queued on the legacy default stream; :func:`synchronize` waits for it. The context of the
-device last used is kept current in the calling thread (ember's runtime is meant to be used
-from one thread at a time).
+Work is queued on the legacy default stream unless the calling thread has made a stream current
+(:func:`set_stream`; a model's execution context does so around each call, see
+``ember/model/executor.py``): kernel launches then go on that stream. :func:`synchronize` waits
+for the whole device. The context of the device last used is kept current in the calling thread.
+
+Graphs: :func:`begin_capture` / :func:`end_capture` record the launches queued on a stream into a
+:class:`Graph` (``cuStreamBeginCapture_v2`` in thread-local mode, ``cuStreamEndCapture``,
+``cuGraphInstantiateWithFlags``), which :meth:`Graph.launch` replays with one driver call.
 """
 
 from __future__ import annotations
@@ -118,6 +123,28 @@ def _declare(lib: Any) -> None:
         fn = getattr(lib, name)
         fn.argtypes = args
         fn.restype = c_int
+    # Streams' asynchronous copies and graphs (CUDA 11.4+): a driver without one of them runs
+    # models with plain launches (graph capture fails with a DeviceError naming the call).
+    optional = {
+        "cuMemcpyHtoDAsync_v2": [c_uint64, c_void_p, c_size_t, c_void_p],
+        "cuMemcpyDtoHAsync_v2": [c_void_p, c_uint64, c_size_t, c_void_p],
+        "cuMemcpyDtoDAsync_v2": [c_uint64, c_uint64, c_size_t, c_void_p],
+        "cuMemsetD8Async": [c_uint64, ctypes.c_ubyte, c_size_t, c_void_p],
+        "cuStreamWaitEvent": [c_void_p, c_void_p, c_uint],
+        "cuStreamBeginCapture_v2": [c_void_p, c_int],
+        "cuStreamEndCapture": [c_void_p, P(c_void_p)],
+        "cuStreamIsCapturing": [c_void_p, P(c_int)],
+        "cuGraphInstantiateWithFlags": [P(c_void_p), c_void_p, ctypes.c_ulonglong],
+        "cuGraphGetNodes": [c_void_p, c_void_p, P(c_size_t)],
+        "cuGraphLaunch": [c_void_p, c_void_p],
+        "cuGraphExecDestroy": [c_void_p],
+        "cuGraphDestroy": [c_void_p],
+    }
+    for name, args in optional.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.argtypes = args
+            fn.restype = c_int
 
 
 def _error_name(lib: Any, rc: int) -> str:
@@ -238,6 +265,38 @@ def memset(ptr: int, byte: int, nbytes: int, index: int) -> None:
     check(activate(index).cuMemsetD8_v2(ptr, byte, nbytes), "cuMemsetD8")
 
 
+def _optional(lib: Any, name: str) -> Any:
+    fn = getattr(lib, name, None)
+    if fn is None:
+        raise DeviceError(f"this NVIDIA driver has no {name} (it is older than CUDA 11.4): update the driver")
+    return fn
+
+
+def memcpy_htod_async(dst: int, src: int, nbytes: int, stream: Stream, index: int) -> None:
+    """Host to device copy queued on ``stream`` (from pageable memory it returns once the source
+    has been read, so the host buffer may be reused at once)."""
+    lib = activate(index)
+    check(_optional(lib, "cuMemcpyHtoDAsync_v2")(dst, src, nbytes, stream.handle), "cuMemcpyHtoDAsync")
+
+
+def memcpy_dtoh_async(dst: int, src: int, nbytes: int, stream: Stream, index: int) -> None:
+    """Device to host copy queued on ``stream`` (complete after ``stream.synchronize()``)."""
+    lib = activate(index)
+    check(_optional(lib, "cuMemcpyDtoHAsync_v2")(dst, src, nbytes, stream.handle), "cuMemcpyDtoHAsync")
+
+
+def memcpy_dtod_async(dst: int, src: int, nbytes: int, stream: Stream, index: int) -> None:
+    """Device to device copy queued on ``stream``."""
+    lib = activate(index)
+    check(_optional(lib, "cuMemcpyDtoDAsync_v2")(dst, src, nbytes, stream.handle), "cuMemcpyDtoDAsync")
+
+
+def memset_async(ptr: int, byte: int, nbytes: int, stream: Stream, index: int) -> None:
+    """Fill device memory with a byte value, queued on ``stream``."""
+    lib = activate(index)
+    check(_optional(lib, "cuMemsetD8Async")(ptr, byte, nbytes, stream.handle), "cuMemsetD8Async")
+
+
 def synchronize(index: int = 0) -> None:
     """Wait for all work queued on device ``index``."""
     check(activate(index).cuCtxSynchronize(), "cuCtxSynchronize (a kernel failed, or the device was lost)")
@@ -266,17 +325,40 @@ def from_dlpack(obj: Any) -> Any:
 
 
 # -- streams and events -----------------------------------------------------------------------------
-class Stream:
-    """A CUDA stream."""
+CU_STREAM_NON_BLOCKING = 1
+CU_EVENT_DISABLE_TIMING = 2
+# CUstreamCaptureMode: thread-local mode forbids unsafe calls (a synchronisation, cuMemFree) in the
+# capturing thread only, so other threads (other execution contexts, PyTorch) work on meanwhile.
+CAPTURE_MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
 
-    def __init__(self, index: int = 0):
+
+class Stream:
+    """A CUDA stream. ``non_blocking``: it does not synchronise with the legacy default stream
+    (``CU_STREAM_NON_BLOCKING``), so work on it neither waits for nor blocks other threads'
+    default-stream work."""
+
+    def __init__(self, index: int = 0, non_blocking: bool = False):
         self.index = index
         self.handle = c_void_p()
-        check(activate(index).cuStreamCreate(ctypes.byref(self.handle), 0), "cuStreamCreate")
+        flags = CU_STREAM_NON_BLOCKING if non_blocking else 0
+        check(activate(index).cuStreamCreate(ctypes.byref(self.handle), flags), "cuStreamCreate")
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream."""
-        check(activate(self.index).cuStreamSynchronize(self.handle), "cuStreamSynchronize")
+        check(activate(self.index).cuStreamSynchronize(self.handle),
+              "cuStreamSynchronize (a kernel failed, or the device was lost)")
+
+    def wait(self, event: Event) -> None:
+        """Make later work on this stream wait until ``event`` has happened (no host wait)."""
+        lib = activate(self.index)
+        check(_optional(lib, "cuStreamWaitEvent")(self.handle, event.handle, 0), "cuStreamWaitEvent")
+
+    def is_capturing(self) -> bool:
+        """True while a graph capture is under way on this stream."""
+        lib = activate(self.index)
+        status = c_int()
+        check(_optional(lib, "cuStreamIsCapturing")(self.handle, ctypes.byref(status)), "cuStreamIsCapturing")
+        return status.value != 0
 
     def __del__(self) -> None:
         try:
@@ -287,12 +369,13 @@ class Stream:
 
 
 class Event:
-    """A CUDA event (for timing)."""
+    """A CUDA event (for timing; ``timing=False`` for ordering streams only, which is cheaper)."""
 
-    def __init__(self, index: int = 0):
+    def __init__(self, index: int = 0, timing: bool = True):
         self.index = index
         self.handle = c_void_p()
-        check(activate(index).cuEventCreate(ctypes.byref(self.handle), 0), "cuEventCreate")
+        flags = 0 if timing else CU_EVENT_DISABLE_TIMING
+        check(activate(index).cuEventCreate(ctypes.byref(self.handle), flags), "cuEventCreate")
 
     def record(self, stream: Stream | None = None) -> None:
         """Record the event on ``stream`` (the default stream when None)."""
@@ -314,6 +397,82 @@ class Event:
                 activate(self.index).cuEventDestroy_v2(self.handle)
         except (DeviceError, OSError, AttributeError, TypeError):  # a lost context, or interpreter shutdown
             pass
+
+
+def set_stream(stream: Stream | None) -> Stream | None:
+    """Make ``stream`` the calling thread's stream for kernel launches (None: the legacy default
+    stream); returns the one it replaces."""
+    prev = getattr(_tls, "stream", None)
+    _tls.stream = stream
+    _tls.stream_handle = stream.handle if stream is not None else None
+    return prev
+
+
+def current_stream() -> Stream | None:
+    """The calling thread's stream for kernel launches (None: the legacy default stream)."""
+    return getattr(_tls, "stream", None)
+
+
+# -- graphs -----------------------------------------------------------------------------------------
+class Graph:
+    """An executable CUDA graph: the work captured from a stream, replayed by :meth:`launch`."""
+
+    def __init__(self, graph: c_void_p, exec_handle: c_void_p, index: int, nodes: int):
+        self.index = index
+        self.graph = graph
+        self.exec = exec_handle
+        #: Number of nodes (kernel launches, copies) in the graph.
+        self.nodes = nodes
+        self._launch = _lib.cuGraphLaunch
+
+    def launch(self, stream: Stream) -> None:
+        """Queue the whole graph on ``stream``."""
+        rc = self._launch(self.exec, stream.handle)
+        if rc != 0:
+            raise DeviceError(f"cuGraphLaunch failed: {_error_name(_lib, rc)}")
+
+    def __del__(self) -> None:
+        try:
+            lib = activate(self.index)
+            if self.exec:
+                lib.cuGraphExecDestroy(self.exec)
+            if self.graph:
+                lib.cuGraphDestroy(self.graph)
+        except (DeviceError, OSError, AttributeError, TypeError):  # a lost context, or interpreter shutdown
+            pass
+
+
+def begin_capture(stream: Stream, mode: str = "thread_local") -> None:
+    """Start recording the work queued on ``stream`` into a graph (nothing runs until the graph
+    is launched). ``mode``: ``"thread_local"`` (unsafe calls such as synchronisations are
+    refused in this thread only), ``"global"`` or ``"relaxed"``."""
+    lib = activate(stream.index)
+    check(_optional(lib, "cuStreamBeginCapture_v2")(stream.handle, CAPTURE_MODES[mode]), "cuStreamBeginCapture")
+
+
+def end_capture(stream: Stream) -> Graph:
+    """End the capture begun by :func:`begin_capture` and instantiate its graph. Raises
+    :class:`DeviceError` when the capture was invalidated (a synchronising call in between) or
+    the graph cannot be instantiated; the stream has left capture mode either way."""
+    lib = activate(stream.index)
+    graph = c_void_p()
+    rc = _optional(lib, "cuStreamEndCapture")(stream.handle, ctypes.byref(graph))
+    if rc != 0 or not graph:
+        if graph:
+            lib.cuGraphDestroy(graph)
+        raise DeviceError(f"cuStreamEndCapture failed: {_error_name(lib, rc)}")
+    nodes = c_size_t()
+    get_nodes = getattr(lib, "cuGraphGetNodes", None)
+    if get_nodes is not None and get_nodes(graph, None, ctypes.byref(nodes)) != 0:
+        nodes.value = 0
+    exec_handle = c_void_p()
+    instantiate = getattr(lib, "cuGraphInstantiateWithFlags", None)
+    rc = -1 if instantiate is None else instantiate(ctypes.byref(exec_handle), graph, 0)
+    if rc != 0 or getattr(lib, "cuGraphLaunch", None) is None:
+        lib.cuGraphDestroy(graph)
+        why = "the driver has no cuGraphInstantiateWithFlags" if rc == -1 else _error_name(lib, rc)
+        raise DeviceError(f"cuGraphInstantiateWithFlags failed: {why}")
+    return Graph(graph, exec_handle, stream.index, nodes.value)
 
 
 def time_calls(fn: Any, number: int, index: int = 0) -> float:
@@ -377,10 +536,11 @@ class Launcher:
         if getattr(_tls, "current", -1) != self.index:
             activate(self.index)
         b = self.block
+        stream = getattr(_tls, "stream_handle", None)
         with self._fill_lock:
             for slot, v in zip(self.slots, values):
                 slot.value = v
-            rc = self._launch(self.func, grid[0], grid[1], grid[2], b[0], b[1], b[2], self.shared, None, self.params,
-                              None)
+            rc = self._launch(self.func, grid[0], grid[1], grid[2], b[0], b[1], b[2], self.shared, stream,
+                              self.params, None)
         if rc != 0:
             raise DeviceError(f"launching a kernel with grid {grid} and block {b} failed: {_error_name(self._lib, rc)}")

@@ -4,7 +4,9 @@ A GPU build returns a host module: calling it checks every argument (count, devi
 alignment where the kernel uses 16-byte vector accesses), evaluates the grid of each kernel from
 the argument shapes (expression trees, :mod:`ember.runtime.size_expr`, compiled into closures
 when the module is loaded: nothing is evaluated from source), allocates workspaces and
-launches the kernels in order on the device's default stream. ``imported_modules[0]`` is the
+launches the kernels in order on the calling thread's stream (the legacy default stream unless
+the thread made another current, as a model's execution context does; see
+``cuda_driver.set_stream``). ``imported_modules[0]`` is the
 device module: ``get_source("llvm" | "ptx" | "asm")`` and ``get_binary()``.
 """
 
@@ -194,6 +196,12 @@ class GPUFunction(Function):
                 )
         index = self._dev_index
         launchers = self._launchers_on(index)
+        drv = Device(self._kind, index).driver()
+        # On a stream of the caller's (a model's execution context), workspaces are kept with the
+        # stream and reused by the next call: the stream orders the calls, nothing waits, and the
+        # addresses stay the same, so the launches can be captured into a CUDA graph. On the
+        # default stream they are allocated per call and freed once the device is done.
+        stream = drv.current_stream() if hasattr(drv, "current_stream") else None
         ws: dict[int, Any] = {}
         for step in self._steps:
             op = step[0]
@@ -211,15 +219,27 @@ class GPUFunction(Function):
                 launchers[kid](grid, values)
             elif op == "alloc":
                 wid = step[1]
-                w = self.plan["workspaces"][wid]
-                nbytes = self._ws_fns[wid](scalars)
-                ws[wid] = empty((max(1, nbytes),), DataType("uint", 8), Device(self._kind, index))
-                del w
+                nbytes = max(1, self._ws_fns[wid](scalars))
+                if stream is not None:
+                    ws[wid] = self._stream_workspace(stream, wid, nbytes, index)
+                else:
+                    ws[wid] = empty((nbytes,), DataType("uint", 8), Device(self._kind, index))
             elif op == "free":
                 pass  # freed when the call returns (after the device is done with it, see below)
-        if ws:
+        if ws and stream is None:
             Device(self._kind, index).sync()
         return 0
+
+    def _stream_workspace(self, stream: Any, wid: int, nbytes: int, index: int) -> Any:
+        """Workspace ``wid`` of this function on ``stream`` (allocated on first use, kept while
+        the stream lives: a graph captured from it may hold its address)."""
+        kept = stream.__dict__.setdefault("workspaces", {})
+        key = (id(self), wid, nbytes)
+        buf = kept.get(key)
+        if buf is None:
+            buf = empty((nbytes,), DataType("uint", 8), Device(self._kind, index))
+            kept[key] = buf
+        return buf
 
     @property
     def _buffer_names(self) -> list[str]:
