@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.ember-installed
 TEST_STAMP := $(VENV)/.ember-test-installed
 
-.PHONY: demo test lint system-deps clean
+.PHONY: demo test lint system-deps clean fuzz
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,14 @@ test: $(TEST_STAMP) system-deps
 	$(VPY) -m ruff check ember tests benchmarks examples scripts
 	$(VENV)/bin/lint-imports
 	$(VPY) -m pytest -q -n 2 tests
+
+# The long fuzz run (tests/fuzz; `make test` runs a fixed-seed slice of it): random and mutated
+# ONNX models, each compiled and run by ember and by ONNX Runtime in worker processes, for
+# FUZZ_MINUTES minutes. Prints the figures (models tried, crashes, hangs, foreign exceptions,
+# accepted-invalid, mismatches); the models of any finding go to build/fuzz/findings.
+FUZZ_MINUTES ?= 30
+fuzz: $(TEST_STAMP)
+	$(VPY) -m tests.fuzz.run --minutes $(FUZZ_MINUTES)
 
 # ruff, and import-linter's layer contracts (pyproject.toml: no module imports a layer above it).
 lint: $(TEST_STAMP)

@@ -6,7 +6,10 @@
   (``model.onnx.data``);
 * input shapes from the model's ``value_info``, or from ``input_shapes`` (which wins);
 * a model with operators ember does not implement raises one :class:`UnsupportedOpError` naming
-  every such operator type; an unreadable file raises :class:`ModelFormatError`.
+  every such operator type; an unreadable file raises :class:`ModelFormatError`;
+* every model is first checked as ONNX Runtime checks it (:mod:`ember.frontend.validate`: the
+  ONNX checker, strict shape inference, ember's rules for tensors and graph structure), and the
+  graph it becomes by :func:`ember.graph.validate.validate_graph`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import numpy as np
 from ..errors import PROTO_ERRORS as _PROTO_ERRORS
 from ..errors import FrontendError, ModelFormatError, UnsupportedOpError
 from ..graph.ir import Graph, Node, TensorInfo
+from ..graph.validate import validate_graph
 from ..ops.elemwise import ONNX_DTYPES
 from ..ops.registry import lookup
+from .validate import op_key, validate_model
 
 MIN_OPSET = 1
 
@@ -132,15 +137,16 @@ def _constant_value(attrs: dict[str, Any]) -> np.ndarray:
     raise FrontendError(f"Constant node with attributes {sorted(attrs)} is not supported (strings, sparse tensors)")
 
 
-def _op_key(n: Any) -> str:
-    """The registry name of node ``n``: its type, prefixed by its domain outside the default one
-    (``ai.onnx.ml.Binarizer``, ``ai.onnx.preview.training.Adam``)."""
-    return n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+_op_key = op_key
 
 
-def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
-    """Convert an ONNX model (path, bytes or ModelProto) to ember's graph IR."""
+def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None, validate: bool = True) -> Graph:
+    """Convert an ONNX model (path, bytes or ModelProto) to ember's graph IR. ``validate=False``
+    skips the checks of :func:`~ember.frontend.validate.validate_model` (only for pieces of a
+    model that was validated whole, as the control-flow rewrite imports)."""
     m = load_model(model)
+    if validate:
+        m = validate_model(m, input_shapes)
     from .control_flow import expand_control_flow  # If/Loop/Scan, sequences, optionals: unrolled
 
     m = expand_control_flow(m, input_shapes)
@@ -191,7 +197,7 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         else:
             dims = []
             for k, d in enumerate(tt.shape.dim):
-                if d.HasField("dim_value"):
+                if d.HasField("dim_value") and d.dim_value >= 0:  # exporters write -1 for "unknown"
                     dims.append(int(d.dim_value))
                 else:
                     raise FrontendError(
@@ -212,4 +218,6 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         if n.op_type == "Constant":
             attrs = {"value": _constant_value(attrs)}
         nodes.append(Node(_op_key(n), list(n.input), list(n.output), attrs, n.name or f"{n.op_type}_{k}", opset))
-    return Graph(inputs, [o.name for o in g.output], nodes, values, consts, g.name or "model")
+    graph = Graph(inputs, [o.name for o in g.output], nodes, values, consts, g.name or "model")
+    validate_graph(graph)
+    return graph

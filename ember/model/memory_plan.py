@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import EmberError
 from ..graph.ir import Graph
 
 
@@ -55,6 +56,23 @@ def plan_memory(graph: Graph, steps: list[dict[str, Any]]) -> tuple[dict[str, in
     for v, r in root.items():
         if r in assign:
             assign[v] = assign[r]
+    check_plan_size(sizes, graph.name)
     return assign, sizes
+
+
+def check_plan_size(sizes: list[int], what: str = "model") -> None:
+    """EmberError when the storages of a plan add up to more than
+    :func:`~ember.ops.util.memory_limit` (``$EMBER_MEMORY_LIMIT``, else the memory available
+    now): a clear error at compile time instead of a failed allocation at the first call."""
+    from ..ops.util import memory_limit
+
+    total = sum(int(n) for n in sizes)
+    limit = memory_limit(fresh=True)
+    if total > limit:
+        raise EmberError(
+            f"{what}: the memory plan needs {total / 2**30:.2f} GiB for intermediate values "
+            f"({len(sizes)} storages, the largest {max(sizes) / 2**30:.2f} GiB), more than the "
+            f"{limit / 2**30:.2f} GiB limit (the memory available now; set EMBER_MEMORY_LIMIT to change it)"
+        )
 
 

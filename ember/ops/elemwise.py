@@ -147,11 +147,30 @@ _BINARY = {
 }
 
 
+def _legacy_broadcast(ctx: OpContext, sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
+    """Before opset 7, B broadcasts only with ``broadcast=1``, as a contiguous part of A's shape
+    that starts at ``axis`` (ember supports the part at the end, which NumPy's rule gives)."""
+    if not int(ctx.attr("broadcast", 0)):
+        if sa != sb:
+            raise ctx.fail(f"shapes {sa} and {sb} differ and broadcast=0 (opset {ctx.opset} broadcasts only with "
+                           "broadcast=1)")
+        return
+    axis = ctx.attr("axis")
+    end = len(sa) - len(sb)
+    if axis is not None and int(axis) % max(len(sa), 1) != end % max(len(sa), 1) and sb:
+        raise ctx.fail(f"broadcasting B {sb} at axis {axis} of A {sa} (opset {ctx.opset}) is not supported: "
+                       "only B matching the last dimensions of A")
+    if end < 0 or sa[end:] != sb:
+        raise ctx.fail(f"B {sb} is not the last dimensions of A {sa} (opset {ctx.opset} broadcasting)")
+
+
 def _binary_op(name: str) -> Any:
     fn = _BINARY[name]
     logic = name in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor")
 
     def op(ctx: OpContext, a: Tensor, b: Tensor) -> Tensor:
+        if ctx.opset < 7:
+            _legacy_broadcast(ctx, shape(a), shape(b))
         out_dt = "bool" if logic else dtype_of(a)
         if name == "Equal" and dtype_of(a) == "bool":
             return elementwise(name, [a, b], lambda x, y: E.logical_not(x != y), "bool")
@@ -223,7 +242,11 @@ def bitshift(ctx: OpContext, a: Tensor, b: Tensor) -> Tensor:
 
 def _variadic(name: str, f: Any) -> Any:
     def op(ctx: OpContext, *xs: Tensor) -> Tensor:
-        ins = [x for x in xs if x is not None]
+        if not xs or any(x is None for x in xs):
+            raise ctx.fail("every input of a variadic operator must be given (none may be left out)")
+        ins = list(xs)
+        if ctx.opset < 8 and len({shape(x) for x in ins}) > 1:
+            raise ctx.fail(f"inputs of shapes {[shape(x) for x in ins]}: before opset 8 they must all be equal")
         if len(ins) == 1:
             return identity(name, ins[0])
 

@@ -10,6 +10,7 @@ right operand packed into column panels whose width the target's strategy choose
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -248,8 +249,16 @@ def gemm(ctx: OpContext, a: Tensor, b: Tensor, c: Tensor | None = None) -> Tenso
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
     sa, sb = shape(a), shape(b)
+    if len(sa) != 2 or len(sb) != 2:
+        raise ctx.fail(f"A {sa} and B {sb} must be matrices")
     M, K = (sa[1], sa[0]) if ta else sa
     N = sb[0] if tb else sb[1]
+    if (sb[1] if tb else sb[0]) != K:
+        raise ctx.fail(f"A' is {M} x {K} but B' is {sb[1] if tb else sb[0]} x {N}: the inner dimensions (K) differ")
+    if c is not None:
+        sc = shape(c)
+        if len(sc) > 2 or any(d not in (1, full) for d, full in zip(sc[::-1], (N, M))):
+            raise ctx.fail(f"C of shape {sc} does not broadcast to the {M} x {N} result")
     dt = dtype_of(a)
     wide = acc_dtype(dt)  # float16 products accumulate in float32, rounded once
     intrin = ctx.strategy.matrix_intrinsic(dt) if dt == dtype_of(b) else None
@@ -305,6 +314,29 @@ def conv_pads(
         return [0] * n, [0] * n
     p = ints(ctx.attr("pads")) or [0] * (2 * n)
     return p[:n], p[n:]
+
+
+def check_window(
+    ctx: OpContext, what: str, nsp: int, kernel: Sequence[int], strides: Sequence[int], dil: Sequence[int]
+) -> None:
+    """The attributes of a sliding window over ``nsp`` spatial axes, as the spec states them:
+    one positive kernel size, stride and dilation per axis, ``pads`` (unless ``auto_pad`` is set)
+    2 x ``nsp`` non-negative values, ``auto_pad`` one of the four modes."""
+    auto = _s(ctx.attr("auto_pad", "NOTSET"))
+    if auto not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise ctx.fail(f"auto_pad {auto!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+    for name, v in (("kernel_shape", kernel), ("strides", strides), ("dilations", dil)):
+        if len(v) != nsp or any(int(q) < 1 for q in v):
+            raise ctx.fail(f"{name} {list(v)} must be {nsp} positive value(s), one per spatial axis of the {what}")
+    pads = ints(ctx.attr("pads"))
+    if pads and auto == "NOTSET" and (len(pads) != 2 * nsp or any(p < 0 for p in pads)):
+        raise ctx.fail(f"pads {pads} must be {2 * nsp} non-negative values (begin and end of each spatial axis)")
+
+
+def _check_out(ctx: OpContext, out_sp: Sequence[int], insp: Sequence[int]) -> None:
+    if any(o < 1 for o in out_sp):
+        raise ctx.fail(f"the window does not fit the input's spatial shape {tuple(insp)}: the output would be "
+                       f"{tuple(out_sp)}")
 
 
 def conv_tensor(
@@ -427,10 +459,24 @@ def conv(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tenso
     """ONNX Conv (1-D/2-D/3-D, groups, dilations, strides, pads or auto_pad)."""
     sx, sw = shape(x), shape(w)
     nsp = len(sx) - 2
+    if nsp < 1 or len(sw) != len(sx):
+        raise ctx.fail(f"X {sx} and W {sw} must have the same rank, at least 3")
     strides = ints(ctx.attr("strides")) or [1] * nsp
     dil = ints(ctx.attr("dilations")) or [1] * nsp
+    ks = ctx.attr("kernel_shape")
+    if ks is not None and ints(ks) != list(sw[2:]):
+        raise ctx.fail(f"kernel_shape {ints(ks)} contradicts the weights' spatial shape {list(sw[2:])}")
+    check_window(ctx, "input", nsp, sw[2:], strides, dil)
+    group = int(ctx.attr("group", 1))
+    if group < 1 or sw[1] * group != sx[1] or sw[0] % group:
+        raise ctx.fail(f"group={group}: X has {sx[1]} channels and W {sw} expects {sw[1]} x group, "
+                       "with its output channels a multiple of group")
+    if b is not None and shape(b) != (sw[0],):
+        raise ctx.fail(f"B has shape {shape(b)}; it needs one value per output channel ({sw[0]},)")
     lo, hi = conv_pads(ctx, sx[2:], sw[2:], strides, dil)
-    return conv_tensor(x, w, b, strides, dil, lo, hi, int(ctx.attr("group", 1)), ctx.strategy)
+    _check_out(ctx, [(sx[2 + d] + lo[d] + hi[d] - ((sw[2 + d] - 1) * dil[d] + 1)) // strides[d] + 1
+                     for d in range(nsp)], sx[2:])
+    return conv_tensor(x, w, b, strides, dil, lo, hi, group, ctx.strategy)
 
 
 @register("ConvTranspose", pattern="heavy")
@@ -438,8 +484,19 @@ def conv_transpose(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None
     """ONNX ConvTranspose (groups, dilations, strides, pads/auto_pad, output_padding, output_shape)."""
     sx, sw = shape(x), shape(w)
     nsp = len(sx) - 2
+    if nsp < 1 or len(sw) != len(sx):
+        raise ctx.fail(f"X {sx} and W {sw} must have the same rank, at least 3")
     N, C = sx[0], sx[1]
     groups = int(ctx.attr("group", 1))
+    if groups < 1 or sw[0] != C or C % groups:
+        raise ctx.fail(f"group={groups}: X has {C} channels, W {sw} must have as many rows, a multiple of group")
+    ks = ctx.attr("kernel_shape")
+    if ks is not None and ints(ks) != list(sw[2:]):
+        raise ctx.fail(f"kernel_shape {ints(ks)} contradicts the weights' spatial shape {list(sw[2:])}")
+    if b is not None and shape(b) != (sw[1] * groups,):
+        raise ctx.fail(f"B has shape {shape(b)}; it needs one value per output channel ({sw[1] * groups},)")
+    check_window(ctx, "input", nsp, sw[2:], ints(ctx.attr("strides")) or [1] * nsp,
+                 ints(ctx.attr("dilations")) or [1] * nsp)
     Mg = sw[1]
     M = Mg * groups
     Cg = C // groups
@@ -448,6 +505,10 @@ def conv_transpose(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None
     dil = ints(ctx.attr("dilations")) or [1] * nsp
     opad = ints(ctx.attr("output_padding")) or [0] * nsp
     oshape = ints(ctx.attr("output_shape"))
+    if len(opad) != nsp or any(not 0 <= opad[d] < max(strides[d], dil[d]) for d in range(nsp)):
+        raise ctx.fail(f"output_padding {opad} must be {nsp} values, each below its axis's stride or dilation")
+    if oshape and (len(oshape) not in (nsp, nsp + 2) or any(d < 1 for d in oshape[-nsp:])):
+        raise ctx.fail(f"output_shape {oshape} must give {nsp} positive spatial sizes")
     auto = _s(ctx.attr("auto_pad", "NOTSET"))
     full = [strides[d] * (sx[2 + d] - 1) + opad[d] + (ksp[d] - 1) * dil[d] + 1 for d in range(nsp)]
     if oshape or auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -468,6 +529,7 @@ def conv_transpose(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None
         p = ints(ctx.attr("pads")) or [0] * (2 * nsp)
         lo, hi = p[:nsp], p[nsp:]
     out_sp = tuple(full[d] - lo[d] - hi[d] for d in range(nsp))
+    _check_out(ctx, out_sp, sx[2:])
     rc = te.reduce_axis((0, Cg), name="rc")
     rk = [te.reduce_axis((0, ksp[d]), name=f"rk{d}") for d in range(nsp)]
 
@@ -506,10 +568,17 @@ def _pool_geometry(
 ) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
     sx = shape(x)
     nsp = len(sx) - 2
+    if nsp < 1:
+        raise ctx.fail(f"the input {sx} needs a batch, a channel and at least one spatial axis")
+    if 0 in sx[1:]:
+        raise ctx.fail(f"the input {sx} is empty (as ONNX Runtime requires, only the batch may be 0)")
     k = ints(ctx.attr("kernel_shape"))
     strides = ints(ctx.attr("strides")) or [1] * nsp
     dil = ints(ctx.attr("dilations")) or [1] * nsp
+    check_window(ctx, "input", nsp, k, strides, dil)
     lo, hi = conv_pads(ctx, sx[2:], tuple(k), strides, dil)
+    if any(p >= k[d % nsp] for d, p in enumerate(lo + hi)):
+        raise ctx.fail(f"pads {lo + hi} must be smaller than the kernel {k} (as ONNX Runtime requires)")
     ceil_mode = int(ctx.attr("ceil_mode", 0))
     out = []
     for d in range(nsp):
@@ -518,6 +587,7 @@ def _pool_geometry(
         if ceil_mode and (o - 1) * strides[d] >= sx[2 + d] + lo[d]:
             o -= 1
         out.append(o)
+    _check_out(ctx, out, sx[2:])
     return k, strides, dil, lo, hi, out
 
 
@@ -651,6 +721,7 @@ def batchnorm(
         return _batchnorm_training(ctx, x, scale, b, mean, var)
     eps = float(ctx.attr("epsilon", 1e-5))
     dt = dtype_of(x)
+    _per_channel(ctx, x, scale=scale, B=b, input_mean=mean, input_var=var)
 
     def body(n: Any, c: Any, *r: Any) -> Any:
         return (x[(n, c) + r] - mean[c]) / te.sqrt(var[c] + const_like(eps, dt)) * scale[c] + b[c]
@@ -668,6 +739,7 @@ def _batchnorm_training(
     s = shape(x)
     if len(s) < 2:
         raise ctx.fail(f"X must have a channel axis (rank >= 2), got shape {s}")
+    _per_channel(ctx, x, scale=scale, B=b, input_mean=mean, input_var=var)
     eps = float(ctx.attr("epsilon", 1e-5))
     mom = float(ctx.attr("momentum", 0.9))
     dt = dtype_of(x)
@@ -697,6 +769,16 @@ def _batchnorm_training(
     return [y, running(mean, bm), running(var, bv)]
 
 
+def _per_channel(ctx: OpContext, x: Tensor, **params: Tensor) -> None:
+    """Each of ``params`` must hold one value per channel (axis 1) of ``x``."""
+    s = shape(x)
+    if len(s) < 2:
+        raise ctx.fail(f"X must have a channel axis (rank >= 2), got shape {s}")
+    for name, t in params.items():
+        if shape(t) != (s[1],):
+            raise ctx.fail(f"{name} has shape {shape(t)}; it needs one value per channel ({s[1]},)")
+
+
 def _moments(x: Tensor, axes: list[int], name: str) -> tuple[Tensor, Tensor]:
     """Mean and (biased) variance of ``x`` over ``axes``, kept as size-1 dimensions."""
     s = shape(x)
@@ -719,6 +801,9 @@ def instancenorm(ctx: OpContext, x: Tensor, scale: Tensor, b: Tensor) -> Tensor:
     """ONNX InstanceNormalization."""
     s = shape(x)
     eps = float(ctx.attr("epsilon", 1e-5))
+    if len(s) < 3:
+        raise ctx.fail(f"X {s} needs a batch, a channel and at least one spatial axis")
+    _per_channel(ctx, x, scale=scale, B=b)
     mean, var = _moments(x, list(range(2, len(s))), "inorm")
     dt = dtype_of(x)
 
@@ -758,6 +843,10 @@ def groupnorm(ctx: OpContext, x: Tensor, scale: Tensor, b: Tensor) -> Tensor:
     s = shape(x)
     G = int(ctx.attr("num_groups"))
     eps = float(ctx.attr("epsilon", 1e-5))
+    if len(s) < 2 or G < 1 or s[1] % G:
+        raise ctx.fail(f"num_groups={G} must divide the channels of X {s}")
+    if shape(scale) not in ((s[1],), (G,)) or shape(b) != shape(scale):
+        raise ctx.fail(f"scale {shape(scale)} and bias {shape(b)} need one value per channel or per group")
     N, C = s[0], s[1]
     rest = s[2:]
     from .transform import reshape_to
@@ -814,6 +903,8 @@ def lrn(ctx: OpContext, x: Tensor) -> Tensor:
     """ONNX LRN across channels."""
     s = shape(x)
     size = int(ctx.attr("size"))
+    if size < 1 or len(s) < 2:
+        raise ctx.fail(f"size={size} must be positive and X {s} have a channel axis")
     alpha, beta, bias = float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))
     dt = dtype_of(x)
     lo = (size - 1) // 2

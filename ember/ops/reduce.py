@@ -70,7 +70,10 @@ def _reduce_axes(ctx: OpContext, x: Tensor) -> list[int] | None:
     """The reduced axes; None means "reduce nothing" (noop_with_empty_axes)."""
     n = len(shape(x))
     if ctx.has(1) and (ctx.opset >= 18 or ctx.op == "ReduceSum" and ctx.opset >= 13):
-        axes = ints(ctx.value(1))
+        v = ctx.value(1)
+        if v.ndim != 1:
+            raise ctx.fail(f"input 1 (axes) must be a 1-D tensor, got shape {v.shape}")
+        axes = ints(v)
     else:
         axes = ints(ctx.attr("axes"))
     if not axes:
@@ -88,7 +91,7 @@ def _fdt(x: Tensor) -> str:
 def _make_reduce(kind: str) -> Any:
     def op(ctx: OpContext, x: Tensor, axes_t: Tensor | None = None) -> Tensor:
         axes = _reduce_axes(ctx, x)
-        keep = bool(int(ctx.attr("keepdims", 1)))
+        keep = int(ctx.attr("keepdims", 1)) == 1  # as ONNX's shape inference and ONNX Runtime read it
         dt = dtype_of(x)
         if axes is None:
             fm = {"ReduceL1": te.abs, "ReduceSumSquare": lambda v: v * v, "ReduceL2": te.abs}.get(kind)
@@ -171,8 +174,10 @@ for _k in (
 def _arg(ctx: OpContext, x: Tensor, is_max: bool) -> Tensor:
     s = shape(x)
     a = norm_axis(ctx.attr("axis", 0), len(s))
-    keep = int(ctx.attr("keepdims", 1))
+    keep = int(int(ctx.attr("keepdims", 1)) == 1)  # as ONNX's shape inference and ONNX Runtime read it
     last = int(ctx.attr("select_last_index", 0))
+    if s[a] == 0:
+        raise ctx.fail(f"axis {a} is empty: there is no index of a maximum or minimum")
 
     def better(v1: Any, v2: Any) -> Any:
         return v1 > v2 if is_max else v1 < v2
@@ -291,8 +296,13 @@ def cumsum(ctx: OpContext, x: Tensor, axis: Tensor) -> Tensor:
     """ONNX CumSum and CumProd with ``exclusive`` and ``reverse``."""
     red = te.prod if ctx.op == "CumProd" else te.sum
     s = shape(x)
-    a = norm_axis(int(ctx.value(1).reshape(-1)[0]), len(s))
+    axis = ctx.value(1)
+    if axis.size != 1 or axis.ndim > 1 or axis.dtype.kind not in "iu":
+        raise ctx.fail(f"axis must be one integer (a scalar or a 1-element vector), got {axis.dtype}{list(axis.shape)}")
+    a = norm_axis(int(axis.reshape(-1)[0]), len(s))
     excl, rev = int(ctx.attr("exclusive", 0)), int(ctx.attr("reverse", 0))
+    if excl not in (0, 1) or rev not in (0, 1):
+        raise ctx.fail(f"exclusive={excl} and reverse={rev} must each be 0 or 1")
     k = te.reduce_axis((0, s[a]), name="k")
 
     def body(*i: Any) -> Any:
@@ -315,6 +325,8 @@ def topk(ctx: OpContext, x: Tensor, k_t: Tensor | None = None) -> list[Tensor]:
     k = int(ctx.value(1).reshape(-1)[0]) if ctx.opset >= 10 else int(ctx.attr("k"))
     largest = int(ctx.attr("largest", 1))
     n = s[a]
+    if not 0 <= k <= n:
+        raise ctx.fail(f"k={k} is outside [0, {n}] (axis {a} has {n} elements)")
     j = te.reduce_axis((0, n), name="j")
 
     def before(vj: Any, ij: Any, vi: Any, ii: Any) -> Any:

@@ -14,6 +14,7 @@ tells the graph compiler how it fuses:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmberError, OpError
+from ..ir import expr as E
 from ..te import Tensor
 from .layout import Layout, host_layout
 
@@ -105,12 +107,52 @@ def lookup(op: str) -> OpDef | None:
 
 
 def call(ctx: OpContext, inputs: list[Tensor | None]) -> list[Tensor]:
-    """Build operator ``ctx.op`` on ``inputs``; always returns a list of tensors."""
+    """Build operator ``ctx.op`` on ``inputs``; always returns a list of tensors.
+
+    A required input left out, or a shape or attribute check of the operator's helpers that
+    fails (a plain :class:`EmberError`), is an :class:`OpError` naming the node; so is an output
+    larger than :func:`~ember.ops.util.memory_limit`."""
+    from .util import check_shape
+
     d = lookup(ctx.op)
     if d is None:
         raise OpError(f"operator {ctx.op} is not supported by ember")
-    out = d.fn(ctx, *inputs)
-    return list(out) if isinstance(out, (list, tuple)) else [out]
+    for k, pname in enumerate(_required(d.fn)):
+        if k >= len(inputs) or inputs[k] is None:
+            raise ctx.fail(f"input {k} ({pname}) is required but {'empty' if k < len(inputs) else 'not given'}")
+    try:
+        out = d.fn(ctx, *inputs)
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        for o in outs:
+            if isinstance(o, Tensor):
+                dims = [E.const_int_value(s) for s in o.shape]
+                check_shape([x for x in dims if x is not None], "output", max(o.dtype.bits, 8) // 8)
+            elif isinstance(o, np.ndarray):
+                check_shape(o.shape, "output", o.dtype.itemsize)
+    except (NeedValue, OpError):
+        raise
+    except EmberError as exc:
+        if type(exc) is EmberError:  # a helper's check (axis, broadcast, size): name the node
+            raise ctx.fail(str(exc)) from exc
+        raise
+    return outs
+
+
+_REQUIRED: dict[Callable[..., Any], list[str]] = {}
+
+
+def _required(fn: Callable[..., Any]) -> list[str]:
+    """The names of ``fn``'s inputs that have no default (after the context)."""
+    got = _REQUIRED.get(fn)
+    if got is None:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+        got = []
+        for p in params:
+            if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD or p.default is not inspect.Parameter.empty:
+                break
+            got.append(p.name)
+        _REQUIRED[fn] = got
+    return got
 
 
 _LOADED = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -59,9 +60,12 @@ def norm_axis(axis: int, ndim: int, what: str = "axis") -> int:
 
 
 def bcast_load(t: Tensor, out_shape: Sequence[int], idx: Sequence[Any]) -> E.PrimExpr:
-    """``t`` read at output index ``idx`` under NumPy broadcasting to ``out_shape``."""
+    """``t`` read at output index ``idx`` under NumPy broadcasting to ``out_shape``; an
+    EmberError when ``t``'s shape does not broadcast to it (the read would leave ``t``)."""
     ts = shape(t)
     off = len(out_shape) - len(ts)
+    if off < 0 or any(d != 1 and d != out_shape[off + k] for k, d in enumerate(ts)):
+        raise EmberError(f"shape {ts} does not broadcast to {tuple(out_shape)}")
     ind = tuple(0 if ts[k] == 1 and out_shape[off + k] != 1 else idx[off + k] for k in range(len(ts)))
     return t[ind]
 
@@ -96,7 +100,9 @@ def compute(
     workspace: bool = False,
 ) -> Any:
     """``te.compute`` whose function takes the indices as positional arguments, whatever its
-    signature looks like (defaults, ``*rest``); the flags are :func:`ember.te.compute`'s."""
+    signature looks like (defaults, ``*rest``); the flags are :func:`ember.te.compute`'s. An
+    EmberError for a negative dimension or a tensor larger than :func:`memory_limit`."""
+    check_shape(shp, name)
     return te.compute(
         tuple(shp),
         lambda *i: f(*i),
@@ -107,6 +113,57 @@ def compute(
         constant_layout=constant_layout,
         workspace=workspace,
     )
+
+
+def memory_limit(fresh: bool = False) -> int:
+    """The most bytes a model may take: ``$EMBER_MEMORY_LIMIT`` (bytes, or with a ``K``/``M``/``G``/``T``
+    suffix, powers of 1024), else the machine's available memory (``MemAvailable`` of
+    ``/proc/meminfo``; physical memory where that file is missing). Read once per process
+    unless ``fresh``."""
+    global _LIMIT
+    if _LIMIT is None or fresh:
+        _LIMIT = _read_memory_limit()
+    return _LIMIT
+
+
+_LIMIT: int | None = None
+
+
+def _read_memory_limit() -> int:
+    env = os.environ.get("EMBER_MEMORY_LIMIT", "").strip()
+    if env:
+        scale = {"K": 1, "M": 2, "G": 3, "T": 4}.get(env[-1].upper(), 0)
+        try:
+            return int(float(env[:-1] if scale else env) * 1024**scale)
+        except ValueError as exc:
+            raise EmberError(f"EMBER_MEMORY_LIMIT={env!r} is not a size (bytes, or a number with K/M/G/T)") from exc
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def check_shape(shp: Sequence[int], what: str, itemsize: int = 1) -> None:
+    """EmberError when static shape ``shp`` has a negative dimension, or its ``itemsize``-byte
+    elements would take more than :func:`memory_limit`."""
+    n = 1
+    for d in shp:
+        if isinstance(d, (int, np.integer)):
+            if d < 0:
+                raise EmberError(f"{what}: shape {tuple(shp)} has a negative dimension")
+            n *= int(d)
+    if n * itemsize > memory_limit():
+        raise EmberError(
+            f"{what}: a tensor of shape {tuple(shp)} would take {n * itemsize / 2**30:.1f} GiB, more than the "
+            f"{memory_limit() / 2**30:.1f} GiB limit (available memory, or EMBER_MEMORY_LIMIT)"
+        )
 
 
 def elementwise(name: str, inputs: Sequence[Tensor], f: Callable[..., Any], out_dtype: str | None = None) -> Tensor:
