@@ -6,8 +6,13 @@ benchmarks/results/hipify_realworld.json:
     .venv/bin/python benchmarks/hipify_realworld.py [--dl-dir /tmp/ember_hipify_rw] [--only NAME]
         [--compile-limit [PACKAGE=]N]
 
-Each code base is a PyPI source distribution fetched with pip (`pip download --no-deps --no-binary PKG PKG==V`)
-into --dl-dir (kept there, never in the repository) and unpacked. The whole tree named by `root` is translated
+Each code base is a PyPI source distribution fetched into --dl-dir (kept there, never in the repository) and
+unpacked: with pip (`pip download --no-deps --no-binary PKG PKG==V`), or, for a code base pinned by SHA-256, the
+sdist PyPI's JSON API names for that version, checked against the pin (pip would first build its metadata, which
+needs e.g. torch for mmcv). Besides the two corpus code bases (llama.cpp's ggml, LightGBM), three projects outside
+the corpus are translated only (mmcv, vLLM's csrc, XGBoost): their units include PyTorch's CUDA headers or need
+libraries with no HIP build here, so none is compiled; each record lists every unconverted reference with its
+reason. The whole tree named by `root` is translated
 with `ember.hipify` (so headers shared with the CUDA backend, e.g. ggml-common.h, are translated too); then
 every translation unit of its CUDA build is compiled with Debian's hipcc for gfx90a (HIP_PLATFORM=amd, no GPU
 needed), with the include directories and defines the project's own CUDA build uses. A failure is recorded
@@ -23,6 +28,7 @@ default from hipBLAS 7): every unit is compiled with it.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -32,6 +38,8 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -77,6 +85,44 @@ CODEBASES = [
             "external_libs/fast_double_parser/include",
         ],
         "defines": ["USE_CUDA", "EIGEN_MPL2_ONLY", "EIGEN_DONT_PARALLELIZE"],
+    },
+    # Projects outside the corpus, measured once the round's mappings were written (translation only: their CUDA
+    # units include PyTorch's CUDA headers, which have no HIP build here, so no unit is compiled)
+    {
+        "name": "mmcv ops",
+        "package": "mmcv",
+        "version": "2.2.0",
+        "sha256": "ac479247e808d8802f89eadf04d4118de86bdfe81361ec5aed0cc1bf731c67c9",
+        "root": "mmcv-2.2.0",
+        "what": "the whole mmcv sdist: 111 .cu/.cuh files of CUDA operators (mmcv/ops/csrc: common/cuda kernels, "
+        "pytorch/cuda launchers, parrots bindings)",
+        "units": [],
+        "includes": [],
+        "defines": [],
+    },
+    {
+        "name": "vLLM csrc",
+        "package": "vllm",
+        "version": "0.33.0",
+        "sha256": "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112",
+        "root": "vllm-0.33.0/csrc",
+        "what": "vLLM's csrc/ tree: attention, MoE, quantization, all-reduce and sampling kernels; heavy use of "
+        "programmatic dependent launch (cudaLaunchKernelEx) and of CUTLASS/CuTe",
+        "units": [],
+        "includes": [],
+        "defines": [],
+    },
+    {
+        "name": "XGBoost",
+        "package": "xgboost",
+        "version": "3.2.0",
+        "sha256": "99b0e9a2a64896cdaf509c5e46372d336c692406646d20f2af505003c0c5d70d",
+        "root": "xgboost-3.2.0/cpp_src",
+        "what": "XGBoost's C++ tree (cpp_src: src/, include/, plugin/, gputreeshap, dmlc-core): GPU tree methods, "
+        "collectives, data loading; uses libcu++ (cuda/std/*) and CUDA 12.8 hardware decompression",
+        "units": [],
+        "includes": [],
+        "defines": [],
     },
 ]
 
@@ -127,17 +173,43 @@ def rocm_sysroot_info() -> dict:
     return {"include": str(include) if include.is_dir() else None, "packages": versions}
 
 
+def _sdist(cb: dict, dl: Path) -> Path | None:
+    """The code base's sdist already in ``dl``, if any."""
+    return next(dl.glob(f"{cb['package'].replace('-', '_')}-{cb['version']}.tar.gz"), None)
+
+
+def _pypi_sdist(cb: dict, dl: Path) -> Path:
+    """Download the sdist named by PyPI's JSON API for the pinned version (no build step, unlike pip, whose
+    metadata preparation needs e.g. torch for mmcv); checks its SHA-256 against PyPI's and the pinned one."""
+    api = f"https://pypi.org/pypi/{cb['package']}/{cb['version']}/json"
+    with urllib.request.urlopen(api, timeout=120) as reply:
+        files = [u for u in json.load(reply)["urls"] if u["packagetype"] == "sdist"]
+    if not files:
+        raise RuntimeError(f"{cb['package']} {cb['version']}: PyPI has no sdist")
+    url = urllib.parse.urljoin(api, files[0]["url"])
+    data = urllib.request.urlopen(url, timeout=600).read()
+    digest = hashlib.sha256(data).hexdigest()
+    for want in (files[0]["digests"]["sha256"], cb.get("sha256")):
+        if want and digest != want:
+            raise RuntimeError(f"{files[0]['filename']}: SHA-256 {digest}, expected {want}")
+    path = dl / files[0]["filename"]
+    path.write_bytes(data)
+    return path
+
+
 def fetch(cb: dict, dl: Path) -> Path:
     """Download and unpack the code base's sdist into ``dl``; returns the directory to translate."""
     root = dl / cb["root"]
     if root.is_dir():
         return root
-    sdist = next(dl.glob(f"{cb['package'].replace('-', '_')}-{cb['version']}.tar.gz"), None)
+    sdist = _sdist(cb, dl)
+    if sdist is None and "sha256" in cb:
+        sdist = _pypi_sdist(cb, dl)
     if sdist is None:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", cb["package"]]
         cmd += [f"{cb['package']}=={cb['version']}", "-d", str(dl)]
         subprocess.run(cmd, check=True)
-        sdist = next(dl.glob(f"{cb['package'].replace('-', '_')}-{cb['version']}.tar.gz"))
+        sdist = _sdist(cb, dl)
     with tarfile.open(sdist) as tar:
         tar.extractall(dl, filter="data")
     return root
@@ -196,6 +268,26 @@ def compile_limit(specs: list[str], cb: dict) -> int | None:
     return limit
 
 
+def baseline_tree(rev: str, work: Path) -> Path:
+    """``ember/`` as of git revision ``rev``, unpacked under ``work`` (to translate with an earlier hipify)."""
+    dest = work / f"baseline-{rev}"
+    dest.mkdir()
+    archive = subprocess.run(["git", "archive", rev, "ember"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def translate_with(ember_root: Path, src: Path, work: Path, hip_version: str) -> dict:
+    """Totals of translating ``src`` with the hipify found under ``ember_root`` (its own process)."""
+    stats, out = work / "baseline-stats.json", work / "baseline-out"
+    cmd = [sys.executable, "-m", "ember.hipify", str(src), "-o", str(out), "-q", "--stats-json", str(stats)]
+    subprocess.run([*cmd, "--hip-version", hip_version], cwd=ember_root, capture_output=True, check=False)
+    total = json.loads(stats.read_text())["total"]
+    shutil.rmtree(out, ignore_errors=True)
+    keys = ("converted", "unconverted", "percent", "converted_by_kind", "unconverted_names")
+    return {"references": total["converted"] + total["unconverted"], **{k: total[k] for k in keys}}
+
+
 def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, toolchain: HipToolchain | None) -> dict:
     """Translate one code base, compile its CUDA units, return its record."""
     src = fetch(cb, dl)
@@ -221,8 +313,12 @@ def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, toolc
     cuda_files = [f for f in summary["files"] if f["converted"] + f["unconverted"]]
     return {
         "name": cb["name"],
-        "source": f"pip download --no-deps --no-binary {cb['package']} {cb['package']}=={cb['version']}; "
-        f"tree {cb['root']}",
+        "source": (
+            f"PyPI sdist {cb['package']}=={cb['version']} (sha256 {cb['sha256']})"
+            if cb.get("sha256")
+            else f"pip download --no-deps --no-binary {cb['package']} {cb['package']}=={cb['version']}"
+        )
+        + f"; tree {cb['root']}",
         "what": cb["what"],
         "hipify_exit": rc,
         "translate_seconds": round(seconds, 2),
@@ -236,15 +332,27 @@ def run_codebase(cb: dict, dl: Path, work: Path, args: argparse.Namespace, toolc
         "converted_by_kind": total["converted_by_kind"],
         "unconverted_by_kind": total["unconverted_by_kind"],
         "unconverted_names": total["unconverted_names"],
+        # every reference left as written, with the reason (the nearest HIP alternative, when there is one)
+        "unconverted_refs": [
+            {"file": str(Path(f["file"]).relative_to(src)), **ref}
+            for f in summary["files"]
+            for ref in f["unconverted_refs"]
+        ],
         "warnings_by_rule": total["warnings_by_rule"],
+        "baseline": {"rev": args.baseline, **translate_with(args.baseline_tree, src, work, args.hip_version)}
+        if args.baseline
+        else None,
         "errors": summary["errors"],
         "hipcc": {
             "command": " ".join(
                 toolchain.command("UNIT.cu", "/dev/null", includes=cb["includes"], defines=cb["defines"] + HIP_DEFINES)
             )
             + " (a .cpp unit: -x c++ -D__HIP_PLATFORM_AMD__=1)"
-            if toolchain
+            if toolchain and cb["units"]
             else None,
+            "not_compiled": None
+            if cb["units"]
+            else "translation only: the units include PyTorch's CUDA headers (no HIP build of them here)",
             "units": len(sorted({p for pattern in cb["units"] for p in tree.glob(pattern)})),
             "attempted": len(compiled),
             "ok": sum(1 for c in compiled if c["rc"] == 0),
@@ -269,10 +377,16 @@ def main() -> int:
     ap.add_argument("--hip-version", choices=HIP_VERSIONS, default=DEFAULT_HIP_VERSION, help="HIP target")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "hipify_realworld.json"))
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also translate every code base with the hipify of git revision REV (the figures before a change)",
+    )
     args = ap.parse_args()
     dl = Path(args.dl_dir)
     dl.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hipify_rw_"))
+    args.baseline_tree = baseline_tree(args.baseline, work) if args.baseline else None
     libs = hip_lib_headers() if args.hip_version == "5.2" else rocm_sysroot_info()
     try:
         toolchain: HipToolchain | None = find_hip_toolchain(args.hip_version)
@@ -291,6 +405,12 @@ def main() -> int:
             f"{rec['references']} references, {rec['converted']} converted, {rec['unconverted']} unconverted "
             f"({rec['percent']}%); HIP {args.hip_version} gfx90a compiles {h['ok']}/{h['attempted']}; "
             f"failures: {h['failures_by_reason']}"
+            + (
+                f"; with {args.baseline}: {rec['baseline']['converted']}/{rec['baseline']['references']} "
+                f"({rec['baseline']['percent']}%)"
+                if args.baseline
+                else ""
+            )
         )
     result = {
         "hip_version": args.hip_version,

@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--write-compat-header",
         metavar="DIR",
-        help="write ember_hip_compat.h (ember_* versions of CUDA intrinsics HIP lacks, e.g. __vsub4, __dp4a) "
+        help="write ember_hip_compat.h (ember_* versions of CUDA intrinsics and APIs HIP lacks, e.g. __vsub4, "
+        "cudaLaunchKernelEx) "
         "into DIR; with -o/--suffix/--inplace it is written next to the outputs automatically when needed",
     )
     p.add_argument("--print-stats", action="store_true", help="print conversion statistics per file and in total")
@@ -234,7 +235,7 @@ def _emit_compat_header(dest: Path | None, inputs: set[Path], errors: list[str],
     """Write ember_hip_compat.h where the translated files include it from (or say how to get it)."""
     if dest is None:
         stderr.write(
-            "ember hipify: note: the output includes ember_hip_compat.h (ember_* versions of CUDA intrinsics "
+            "ember hipify: note: the output includes ember_hip_compat.h (ember_* versions of CUDA intrinsics and APIs "
             "HIP lacks); write it with: ember hipify --write-compat-header DIR\n"
         )
         return

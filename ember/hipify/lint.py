@@ -12,6 +12,10 @@ Rules (each warning has a line, the rule id, a message and a suggested fix):
 * ``launch-bounds``: ``__launch_bounds__`` above AMD's 1024 threads per block, or with a second argument
   (HIP reads it as minimum waves per execution unit, not blocks per multiprocessor).
 * ``cuda-only-library``: a CUDA library with no HIP counterpart (NVML, CUPTI, NVTX, nvJPEG, cuFile, ...).
+* ``programmatic-launch``: programmatic dependent launch (``cudaLaunchAttributeProgrammaticStreamSerialization``,
+  ``cudaGridDependencySynchronize``, ...): HIP has none; the translation (ember_hip_compat.h) runs the kernel
+  serialized, which keeps the results and loses the overlap. The translated file says so at the use site too.
+* ``cluster-launch``: a thread-block cluster launch attribute: AMD GPUs have no clusters.
 """
 
 from __future__ import annotations
@@ -67,6 +71,23 @@ _TEX_APIS = frozenset(
         "cuModuleGetSurfRef",
     }
 )
+# rules of names that translate (to ember_hip_compat.h) but behave differently: (message, fix, comment); the
+# translator writes the comment into the output, before the first such name of a line
+CONVERTED_WITH_WARNING = {
+    "programmatic-launch": (
+        "programmatic dependent launch has no HIP equivalent: the kernel starts after the previous work of its "
+        "stream has completed (same results, no overlap); cudaGridDependencySynchronize and "
+        "cudaTriggerProgrammaticLaunchCompletion become no-ops",
+        "nothing to do for correctness; to regain the overlap, fuse the dependent kernels or use more streams",
+        "HIP has no programmatic dependent launch: runs serialized (same results, no overlap)",
+    ),
+    "cluster-launch": (
+        "AMD GPUs have no thread-block clusters: a cluster dimension above 1x1x1 makes the launch return "
+        "hipErrorNotSupported",
+        "launch without clusters (and without cluster-scope shared memory or barriers)",
+        "no thread-block clusters on AMD GPUs: a cluster above 1x1x1 fails with hipErrorNotSupported",
+    ),
+}
 _WARP_FIX = "use warpSize (device code) or query hipDeviceAttributeWarpSize on the host; gfx9/CDNA wavefronts are 64"
 
 
@@ -193,7 +214,10 @@ def _ident_rules(tokens: list[Token], i: int, maps: Maps, found: list[LintWarnin
     t = tokens[i]
     name = t.text
     line = t.line
-    if name in _MASKED:
+    if name in maps.warn and not _member_or_qualified(tokens, i):
+        message, fix, _ = CONVERTED_WITH_WARNING[maps.warn[name]]
+        found.append(LintWarning(line, maps.warn[name], f"{name}: {message}", fix))
+    if name in _MASKED and name not in maps.compat:  # ember_reduce_*_sync keep the mask (a 32-lane group)
         paren = next_sig(tokens, i)
         if is_punct(tokens, paren, "("):
             args, _ = split_args(tokens, paren)
@@ -275,6 +299,12 @@ def _ident_rules(tokens: list[Token], i: int, maps: Maps, found: list[LintWarnin
                     )
                 )
                 break
+
+
+def _member_or_qualified(tokens: list[Token], i: int) -> bool:
+    """Whether identifier ``i`` follows ``.``, ``->`` or ``::`` (a member or a qualified name, not the CUDA API)."""
+    prev = prev_sig(tokens, i)
+    return is_punct(tokens, prev, ".") or is_punct(tokens, prev, "->") or is_punct(tokens, prev, "::")
 
 
 def _const_int(text: str) -> int | None:

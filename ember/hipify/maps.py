@@ -8,7 +8,9 @@ dropped); ``cub.json`` has ``namespace`` and ``members``; ``includes.json`` maps
 Two overlays change the tables for a target: ``hip64.json`` (what HIP 6.4 adds to HIP 5.2: more runtime,
 driver and library names, the bf16 pair type and intrinsics, fp8, ``HIPRT_*`` math constants; applied when the
 target is HIP >= its ``since``) and ``compat.json`` (CUDA device intrinsics no HIP version has, renamed to the
-``ember_*`` functions of ``ember_hip_compat.h``, which the translated file then includes).
+``ember_*`` functions of ``ember_hip_compat.h``, which the translated file then includes; its ``replace`` section,
+the launch-attribute, graph-update and cuBLAS-workspace APIs HIP 6.4 lacks, replaces the tables' entries on every
+target, and ``warn`` names those converted with a warning at the use site).
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class Maps:
         self.includes_unsupported = dict(inc["unsupported"])
         self.info.append(TableInfo("includes", inc["title"], len(self.includes), len(self.includes_unsupported), ""))
         self.compat: dict[str, str] = {}  # cuda -> ember_* function of the compat header
+        self.warn: dict[str, str] = {}  # cuda -> lint rule: converted, with a warning at the use site
         self.compat_header = ""
         self._overlay_hip64()
         self._overlay_compat()
@@ -155,6 +158,19 @@ class Maps:
             self.compat[cuda] = ember
             self.unsupported.pop(cuda, None)
         self.info.append(TableInfo("compat", data["title"], len(self.compat), 0, ""))
+        # APIs HIP lacks or has only in part (launch attributes: HIP 6.4 has 3 of CUDA's 16 ids, and no launch
+        # function taking them): the compat header's version replaces the tables' on every target
+        replace = data.get("replace", {})
+        for cuda, ember in replace.items():
+            for table in (self.names, self.unsupported, self.rewrite):
+                table.pop(cuda, None)
+            self.same.discard(cuda)
+            self.compat[cuda] = ember
+        if replace:
+            self.info.append(TableInfo("compat-api", data["replace_title"], len(replace), 0, ""))
+        for rule, names in data.get("warn", {}).items():
+            for cuda in names:
+                self.warn[cuda] = rule
 
     def include(self, header: str) -> str | None:
         """HIP header for a CUDA header name such as ``cuda_runtime.h`` (None when not a CUDA header)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .conditions import Region, inactive_regions
 from .launch import find_launches, ggl_text
-from .lint import lint
+from .lint import CONVERTED_WITH_WARNING, lint
 from .maps import CUDA_LIKE, Maps, load_maps
 from .result import Reference, Result
 from .syntax import is_punct, next_sig, prev_sig, ptx_trap_end, split_args, strip_range, text_at
@@ -89,6 +89,7 @@ def translate(
     own = local_declarations(tokens)
     declared = own | set(local_names or ())
     uses_prop = any(t.kind == IDENT and t.text in maps.prop_structs for t in tokens)
+    warned_lines: set[int] = set()
     for i, tok in enumerate(tokens):
         if tok.kind == HEADER or (tok.kind == STRING and _is_include_operand(tokens, i)):
             _include(tokens, i, out, maps, result, path, local_headers)
@@ -102,6 +103,9 @@ def translate(
             if uses_prop and _device_prop_member(tokens, i, out, maps, result):
                 continue
             _identifier(tokens, i, out, maps, declared, result, own)
+            if tok.text in maps.warn and out[i] != tok.text and tok.line not in warned_lines:
+                warned_lines.add(tok.line)
+                out[i] = _warning_comment(maps.warn[tok.text]) + out[i]
     for launch in find_launches(tokens):
         name = "".join(t.text for t in tokens[launch.name[0] : launch.name[1]]).strip()
         if launch_syntax == "ggl":
@@ -269,6 +273,24 @@ def _identifier(
         return
     if name in VERSION_MACROS and _version_test(tokens, i, result):
         return
+    if name in VERSION_MACROS and tok.directive and text_at(tokens, prev) != tok.directive:
+        # a #define body may serve an #if, where the HIP library's own numbering would take CUDA-version branches
+        hip = VERSION_EXPRESSIONS.get(name) or maps.names.get(name, ("", ""))[1]
+        if hip:
+            alternative = f"{hip} (in C++ code; kept in a #define body, which may serve an #if)"
+            result.unconverted.append(Reference(tok.line, name, "cublas", None, alternative))
+            return
+    if name in VERSION_EXPRESSIONS and name not in (local_defs or ()):  # C++ code: the HIP library's own version
+        out[i] = VERSION_EXPRESSIONS[name]
+        result.converted.append(Reference(tok.line, name, "cublas", out[i]))
+        return
+    if name in _BY_ARITY and name not in (local_defs or ()):
+        renamed = _BY_ARITY[name].get(_call_arity(tokens, i))
+        if renamed is not None:  # a CUDA 12 signature HIP spells differently
+            out[i], kind = renamed
+            hip = f"{out[i]} ({maps.compat_header})" if kind == "compat" else out[i]
+            result.converted.append(Reference(tok.line, name, kind, hip))
+            return
     if tok.directive == "define" and text_at(tokens, prev) == "define":
         return  # the name a #define introduces
     hit = maps.names.get(name)
@@ -295,6 +317,35 @@ def _identifier(
         return
     elif CUDA_LIKE.match(name):
         result.unconverted.append(Reference(tok.line, name, "unknown", None, ""))
+
+
+# CUDA 12 changed two graph signatures; HIP kept CUDA 11's. By the number of arguments of the call: the graph update
+# with a result-info struct (3; HIP has only the 4-argument form) comes from ember_hip_compat.h, and the instantiation
+# with flags (3; HIP's hipGraphInstantiate takes CUDA 11's 5) is HIP's hipGraphInstantiateWithFlags
+_GRAPH_UPDATE_3 = {3: ("ember_hipGraphExecUpdate", "compat")}
+_INSTANTIATE_3 = {3: ("hipGraphInstantiateWithFlags", "runtime")}
+_BY_ARITY = {
+    "cudaGraphExecUpdate": _GRAPH_UPDATE_3,
+    "cuGraphExecUpdate": _GRAPH_UPDATE_3,
+    "cuGraphExecUpdate_v2": _GRAPH_UPDATE_3,
+    "cudaGraphInstantiate": _INSTANTIATE_3,
+    "cuGraphInstantiate": _INSTANTIATE_3,
+    "cuGraphInstantiate_v2": _INSTANTIATE_3,
+}
+
+
+def _call_arity(tokens: list[Token], i: int) -> int:
+    """Number of arguments of the call whose callee is token ``i`` (-1 when it is not a call)."""
+    paren = next_sig(tokens, i)
+    if not is_punct(tokens, paren, "("):
+        return -1
+    args, close = split_args(tokens, paren)
+    return len(args) if close >= 0 else -1
+
+
+def _warning_comment(rule: str) -> str:
+    """The comment written before a name converted with a warning (once per line)."""
+    return f"/* ember-hipify warning [{rule}]: {CONVERTED_WITH_WARNING[rule][2]} */ "
 
 
 # CUDA runtime functions that cuda_runtime.h overloads with a template taking the kernel itself; HIP declares only
@@ -415,6 +466,7 @@ VERSION_MACROS = frozenset(
         "CUBLAS_VER_MAJOR",
         "CUBLAS_VER_MINOR",
         "CUBLAS_VER_PATCH",
+        "CUBLAS_VER_BUILD",
         "CUBLAS_VERSION",
         "CUDNN_VERSION",
         "CUSPARSE_VERSION",
@@ -424,6 +476,11 @@ VERSION_MACROS = frozenset(
     }
 )
 _CONDITIONALS = ("if", "elif", "ifdef", "ifndef")
+# version macros used outside a preprocessor condition that the HIP library defines under its own numbering (the
+# other cuBLAS ones are in cublas.json: CUBLAS_VER_MAJOR -> hipblasVersionMajor, ...)
+VERSION_EXPRESSIONS = {
+    "CUBLAS_VERSION": "(hipblasVersionMajor * 10000 + hipblasVersionMinor * 100 + hipblasVersionPatch)",
+}
 
 
 def _version_test(tokens: list[Token], i: int, result: Result) -> bool:
@@ -479,6 +536,17 @@ def local_declarations(tokens: list[Token]) -> set[str]:
             names.add(t.text)
             continue
         nxt = tokens[sig[pos + 1]] if pos + 1 < len(sig) else None
+        if (  # a function pointer: void (*name)(int), typedef int (*name)(void*)
+            prev.text == "*"
+            and pos >= 2
+            and tokens[sig[pos - 2]].text == "("
+            and nxt is not None
+            and nxt.text == ")"
+            and pos + 2 < len(sig)
+            and tokens[sig[pos + 2]].text in ("(", "[")
+        ):
+            names.add(t.text)
+            continue
         if (
             prev.kind == IDENT
             and prev.text not in _NOT_A_TYPE

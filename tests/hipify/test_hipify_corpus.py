@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ember.hipify import HipifyError, translate
-from ember.hipify.maps import TABLES, _load
+from ember.hipify.maps import TABLES, _load, compat_header_text
 from ember.hipify.toolchain import HIP_VERSIONS, find_hip_toolchain, rocm_sysroot
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -97,6 +97,7 @@ def test_hip52_reports_what_it_lacks() -> None:
 NEEDS_HIP = {
     "cublas_gemm.cu": ["hipblas/hipblas.h"],
     "cublas_mathmode.cu": ["hipblas/hipblas.h"],
+    "cublas_workspace.cu": ["hipblas/hipblas.h"],
     "cub_scan.cu": ["hipcub/hipcub.hpp"],
     "curand_mc.cu": ["hiprand/hiprand.h", "rocrand/rocrand.h"],
     "cusparse_spmv.cu": ["hipsparse/hipsparse.h"],
@@ -104,9 +105,12 @@ NEEDS_HIP = {
 NEEDS_CUDA = {
     "cublas_gemm.cu": ["cublas_v2.h"],
     "cublas_mathmode.cu": ["cublas_v2.h"],
+    "cublas_workspace.cu": ["cublas_v2.h"],
     "curand_mc.cu": ["curand.h"],
     "cusparse_spmv.cu": ["cusparse.h"],
 }
+# nvcc flags beyond -c: the PDL device functions and __reduce_*_sync need sm_80 / sm_90
+NVCC_FLAGS = {"launch_ex.cu": ["-arch=sm_90"]}
 DEBIAN_PACKAGE = {
     "hipblas/hipblas.h": "hipBLAS has no Debian 12 package: scripts/fetch_hip_lib_headers.sh",
     "hipcub/hipcub.hpp": "hipCUB has no Debian 12 package: scripts/fetch_hip_lib_headers.sh",
@@ -149,6 +153,7 @@ def compile_results(tmp: str, hip_version: str) -> dict[str, tuple[int, str]]:
         (work / sub).mkdir(parents=True, exist_ok=True)
         for n in SOURCES:
             (work / sub / n).write_bytes(translated(n, syntax, hip_version).encode("utf-8"))
+        (work / sub / "ember_hip_compat.h").write_text(compat_header_text(), encoding="utf-8")
     jobs = {}
     for sub in ("keep", "ggl"):
         for n in UNITS:
@@ -195,7 +200,7 @@ def test_original_compiles_with_nvcc(name: str, tmp_path: Path) -> None:
     if missing:
         pytest.skip(f"{', '.join(missing)} not in {CUDA_INCLUDE} (that CUDA library is not installed)")
     rc, log = _run(
-        ["nvcc", "-c", str(CUDA_DIR / name), "-I", str(CUDA_DIR), "-o", str(tmp_path / "x.o")],
+        ["nvcc", *NVCC_FLAGS.get(name, []), "-c", str(CUDA_DIR / name), "-I", str(CUDA_DIR), "-o", str(tmp_path / "o")],
         tmp_path,
         dict(os.environ),
     )

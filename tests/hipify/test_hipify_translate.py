@@ -164,12 +164,21 @@ def test_bf16_scalar_and_block_atomics_map_bf16x2_reported() -> None:
 
 
 def test_unsupported_name_defined_by_another_file_is_still_reported() -> None:
-    # a vendor shim elsewhere in the tree (#define cudaLaunchKernelEx hipLaunchKernelEx) must not hide it
-    src = "cudaLaunchKernelEx(&cfg, k);\nmy_cuda_helperX();\n"
-    r = translate(src, "t.cu", local_names={"cudaLaunchKernelEx", "cudaHelperX"})
-    assert [u.name for u in r.unconverted] == ["cudaLaunchKernelEx"]
-    own = translate("#define cudaLaunchKernelEx(c, k) launch(c, k)\n" + src, "t.cu")
+    # a vendor shim elsewhere in the tree (#define __cvta_generic_to_shared ...) must not hide it
+    src = "size_t a = __cvta_generic_to_shared(p);\nmy_cuda_helperX();\n"
+    r = translate(src, "t.cu", local_names={"__cvta_generic_to_shared", "cudaHelperX"})
+    assert [u.name for u in r.unconverted] == ["__cvta_generic_to_shared"]
+    own = translate("#define __cvta_generic_to_shared(p) to_shared(p)\n" + src, "t.cu")
     assert own.unconverted == []
+
+
+def test_compat_api_is_converted_even_where_another_file_defines_it() -> None:
+    # ggml's vendors/hip.h defines cudaLaunchKernelEx for its own HIP build: the CUDA build still needs one
+    src = "cudaLaunchKernelEx(&cfg, k);\n"
+    r = translate(src, "t.cu", local_names={"cudaLaunchKernelEx"})
+    assert r.output == '#include "ember_hip_compat.h"\nember_hipLaunchKernelEx(&cfg, k);\n' and r.unconverted == []
+    own = translate("#define cudaLaunchKernelEx(c, k) launch(c, k)\n" + src, "t.cu")
+    assert own.unconverted == [] and "ember_" not in own.output
 
 
 def test_quoted_project_header_under_cuda_dir_is_not_libcudacxx(tmp_path) -> None:
@@ -367,18 +376,18 @@ def test_unsupported_name_in_a_branch_hip_never_compiles_is_kept_not_reported() 
         "int q;\n"
         "#endif\n"
         "#if defined(USE_PDL) && __CUDA_ARCH__ >= CC_HOPPER\n"
-        "cudaGridDependencySynchronize();\n"
+        "s = __cvta_generic_to_shared(p);\n"
         "#endif\n"
         "#if __CUDA_ARCH__ >= 600 || defined(OTHER)\n"
-        "cudaGridDependencySynchronize();\n"
+        "s = __cvta_generic_to_shared(p);\n"
         "#endif\n"
     )
     r = translate(src, "t.cu", project_defines={"CC_HOPPER": 900})
     assert r.output == src.replace("__CUDA_ARCH__", "(__HIP_DEVICE_COMPILE__ * 600)")
     inactive = [(c.line, c.name) for c in r.converted if c.kind == "inactive"]
-    assert inactive == [(3, "__nv_fp4x4_e2m1"), (8, "cudaGridDependencySynchronize")]
+    assert inactive == [(3, "__nv_fp4x4_e2m1"), (8, "__cvta_generic_to_shared")]
     assert "line 2: #if CUDART_VERSION >= 12080" in r.converted[[c.line for c in r.converted].index(3)].hip
-    assert [(u.line, u.name) for u in r.unconverted] == [(11, "cudaGridDependencySynchronize")]  # may be compiled
+    assert [(u.line, u.name) for u in r.unconverted] == [(11, "__cvta_generic_to_shared")]  # may be compiled
 
 
 def test_pointer_attribute_memory_type_renamed_for_hip64() -> None:
@@ -398,3 +407,152 @@ def test_kernel_pointer_argument_cast_for_hip_func_apis() -> None:
     )
     already = "cudaFuncSetAttribute((const void*)k, cudaFuncAttributeMaxDynamicSharedMemorySize, n);\n"
     assert "((const void*)k," in translate(already, "t.cu").output
+
+
+# ---- launch attributes, programmatic dependent launch, graph update, cuBLAS workspace (ember_hip_compat.h) ----
+
+COMPAT_LINE = '#include "ember_hip_compat.h"\n'
+
+
+@pytest.mark.parametrize("hip_version", ["6.4", "5.2"])
+def test_launch_kernel_ex_and_its_attributes_use_the_compat_header(hip_version: str) -> None:
+    src = (
+        "cudaLaunchAttribute attr[2]; cudaLaunchConfig_t cfg = {}; cudaLaunchAttributeValue v;\n"
+        "attr[0].id = cudaLaunchAttributeCooperative; attr[1].id = cudaLaunchAttributePriority;\n"
+        "cudaLaunchAttributeID id = cudaLaunchAttributeAccessPolicyWindow;\n"
+        "cudaLaunchKernelEx(&cfg, kernel, a, b); cudaLaunchKernelExC(&cfg, (const void*)kernel, args);\n"
+    )
+    r = translate(src, "t.cu", hip_version=hip_version)
+    assert r.output == COMPAT_LINE + (
+        "ember_hipLaunchAttribute attr[2]; ember_hipLaunchConfig_t cfg = {}; ember_hipLaunchAttributeValue v;\n"
+        "attr[0].id = ember_hipLaunchAttributeCooperative; attr[1].id = ember_hipLaunchAttributePriority;\n"
+        "ember_hipLaunchAttributeID id = ember_hipLaunchAttributeAccessPolicyWindow;\n"
+        "ember_hipLaunchKernelEx(&cfg, kernel, a, b); ember_hipLaunchKernelExC(&cfg, (const void*)kernel, args);\n"
+    )
+    assert r.unconverted == [] and r.compat and {c.kind for c in r.converted} == {"compat"}
+    assert r.warnings == []  # no PDL, no cluster: nothing behaves differently
+
+
+def test_driver_launch_kernel_ex() -> None:
+    src = (
+        "CUlaunchAttribute a; a.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE; a.value.cooperative = 1;\n"
+        "CUlaunchConfig c = {}; c.attrs = &a; c.numAttrs = 1; CUresult r = cuLaunchKernelEx(&c, f, params, nullptr);\n"
+    )
+    assert out(src) == COMPAT_LINE + (
+        "ember_hipLaunchAttribute a; a.id = ember_hipLaunchAttributeCooperative; a.value.cooperative = 1;\n"
+        "ember_HIP_LAUNCH_CONFIG c = {}; c.attrs = &a; c.numAttrs = 1; "
+        "hipError_t r = ember_hipDrvLaunchKernelEx(&c, f, params, nullptr);\n"
+    )
+
+
+def test_programmatic_dependent_launch_is_converted_with_a_warning_at_the_use_site() -> None:
+    src = (
+        "__global__ void k() { cudaGridDependencySynchronize(); work(); cudaTriggerProgrammaticLaunchCompletion(); }\n"
+        "attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;\n"
+        "attr.val.programmaticStreamSerializationAllowed = 1;\n"
+        "a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;\n"
+    )
+    r = translate(src, "t.cu")
+    note = "/* ember-hipify warning [programmatic-launch]: HIP has no programmatic dependent launch: runs serialized"
+    lines = r.output.splitlines()
+    assert lines[0] == COMPAT_LINE.strip()
+    # one comment per line, before the first such name
+    assert lines[1].startswith("__global__ void k() { " + note) and lines[1].count("ember-hipify warning") == 1
+    assert lines[1].endswith(
+        "*/ ember_hipGridDependencySynchronize(); work(); ember_hipTriggerProgrammaticLaunchCompletion(); }"
+    )
+    assert lines[2].startswith("attr.id = " + note) and lines[2].endswith(
+        "ember_hipLaunchAttributeProgrammaticStreamSerialization;"
+    )
+    assert lines[3] == "attr.val.programmaticStreamSerializationAllowed = 1;"
+    assert lines[4].startswith("a.id = " + note) and lines[4].endswith("ember_hipLaunchAttributeProgrammaticEvent;")
+    assert r.unconverted == []
+    warned = [(w.line, w.rule) for w in r.warnings]
+    assert warned == [(1, "programmatic-launch"), (1, "programmatic-launch"), (2, "programmatic-launch")] + [
+        (4, "programmatic-launch")
+    ]
+    assert "no HIP equivalent" in r.warnings[0].message and r.warnings[0].fix
+
+
+def test_cluster_dimension_attribute_warns() -> None:
+    r = translate("attr.id = cudaLaunchAttributeClusterDimension;\n", "t.cu")
+    assert "ember_hipLaunchAttributeClusterDimension" in r.output and "[cluster-launch]" in r.output
+    assert [w.rule for w in r.warnings] == ["cluster-launch"] and r.unconverted == []
+
+
+def test_graph_exec_update_cuda12_form_uses_the_compat_header_cuda11_form_hip() -> None:
+    src = (
+        "cudaGraphExecUpdateResultInfo info; cudaGraphExecUpdate(e, g, &info);\n"
+        "if (info.result == cudaGraphExecUpdateErrorTopologyChanged) {}\n"
+        "if ((int)info.result == cudaGraphExecUpdateErrorAttributesChanged) {}\n"
+        "cudaGraphNode_t n; cudaGraphExecUpdateResult res; cudaGraphExecUpdate(e, g, &n, &res);\n"
+        "CUgraphExecUpdateResultInfo di; cuGraphExecUpdate(de, dg, &di); "
+        "CUgraphExecUpdateResult dr = CU_GRAPH_EXEC_UPDATE_SUCCESS;\n"
+        "if (dr == CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED) {}\n"
+        "cudaGraphInstantiate(&e, g, 0); cudaGraphInstantiate(&e, g, nullptr, nullptr, 0); "
+        "cuGraphInstantiate(&de, dg, 0);\n"
+        "cuGraphInstantiateWithFlags(&de, dg, 0);\n"
+    )
+    r = translate(src, "t.cu")
+    assert r.output == COMPAT_LINE + (
+        "ember_hipGraphExecUpdateResultInfo info; ember_hipGraphExecUpdate(e, g, &info);\n"
+        "if (info.result == hipGraphExecUpdateErrorTopologyChanged) {}\n"
+        "if ((int)info.result == ember_hipGraphExecUpdateErrorAttributesChanged) {}\n"
+        "hipGraphNode_t n; hipGraphExecUpdateResult res; hipGraphExecUpdate(e, g, &n, &res);\n"
+        "ember_hipGraphExecUpdateResultInfo di; ember_hipGraphExecUpdate(de, dg, &di); "
+        "hipGraphExecUpdateResult dr = hipGraphExecUpdateSuccess;\n"
+        "if (dr == ember_hipGraphExecUpdateErrorAttributesChanged) {}\n"
+        "hipGraphInstantiateWithFlags(&e, g, 0); hipGraphInstantiate(&e, g, nullptr, nullptr, 0); "
+        "hipGraphInstantiateWithFlags(&de, dg, 0);\n"
+        "hipGraphInstantiateWithFlags(&de, dg, 0);\n"
+    )
+    assert r.unconverted == []
+
+
+def test_cublas_workspace_and_version_macros() -> None:
+    src = (
+        "#if CUBLAS_VER_MAJOR >= 12 && defined(CUBLAS_VERSION) && CUBLAS_VER_BUILD > 0\n"
+        "#endif\n"
+        "cublasSetWorkspace(h, ws, n); cublasSetWorkspace_v2(h, ws, n);\n"
+        'printf("%d.%d.%d %d", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH, CUBLAS_VERSION);\n'
+        "int b = CUBLAS_VER_BUILD;\n"
+    )
+    r = translate(src, "t.cu")
+    assert r.output == COMPAT_LINE + (
+        "#if CUBLAS_VER_MAJOR >= 12 && defined(CUBLAS_VERSION) && CUBLAS_VER_BUILD > 0\n"  # HIP: all undefined
+        "#endif\n"
+        "ember_hipblasSetWorkspace(h, ws, n); ember_hipblasSetWorkspace(h, ws, n);\n"
+        'printf("%d.%d.%d %d", hipblasVersionMajor, hipblasVersionMinor, hipblasVersionPatch, '
+        "(hipblasVersionMajor * 10000 + hipblasVersionMinor * 100 + hipblasVersionPatch));\n"
+        "int b = CUBLAS_VER_BUILD;\n"
+    )
+    assert [c.kind for c in r.converted if c.line == 1] == ["version", "version", "version"]
+    assert [(u.line, u.name) for u in r.unconverted] == [(5, "CUBLAS_VER_BUILD")]
+    assert "build number" in r.unconverted[0].alternative
+    # a #define body may serve an #if, where hipBLAS's numbering (2.x) would pass a CUDA-version test: kept, reported
+    body = translate("#define MY_BLAS (CUBLAS_VER_MAJOR * 1000)\n#define CUBLAS_VERSION 1\n", "t.cu")
+    assert body.output == "#define MY_BLAS (CUBLAS_VER_MAJOR * 1000)\n#define CUBLAS_VERSION 1\n"
+    reported = [(u.name, u.alternative.split(" ")[0]) for u in body.unconverted]
+    assert reported == [("CUBLAS_VER_MAJOR", "hipblasVersionMajor")]
+
+
+def test_vmm_attribute_deprecated_spelling_hip64() -> None:
+    src = "cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED, dev);\n"
+    assert out(src) == "hipDeviceGetAttribute(&v, hipDeviceAttributeVirtualMemoryManagementSupported, dev);\n"
+    assert translate(src, "t.cu", hip_version="5.2").unconverted[0].name.startswith("CU_DEVICE_ATTRIBUTE_VIRTUAL")
+
+
+def test_nanosleep_and_warp_reductions_use_the_compat_header() -> None:
+    src = "__nanosleep(100); int s = __reduce_add_sync(0xffffffff, x); unsigned m = __reduce_or_sync(mask, u);\n"
+    r = translate(src, "t.cu", hip_version="5.2")
+    assert r.output == COMPAT_LINE + (
+        "ember_nanosleep(100); int s = ember_reduce_add_sync(0xffffffff, x); "
+        "unsigned m = ember_reduce_or_sync(mask, u);\n"
+    )
+    assert "full-mask" not in {w.rule for w in r.warnings}  # the compat version keeps the mask's meaning
+
+
+def test_function_pointer_variable_named_like_cuda_is_the_projects_own() -> None:
+    src = "static void (*cudaSetDeviceHandler)(int) = nullptr;\nif (cudaSetDeviceHandler) cudaSetDeviceHandler(0);\n"
+    r = translate(src, "t.cu")
+    assert r.output == src and r.unconverted == []

@@ -487,3 +487,370 @@ EMBER_COMPAT_FN unsigned int ember_dp2a_hi(unsigned int srcA, unsigned int srcB,
 }
 
 #undef EMBER_COMPAT_FN
+
+// =============================================================================================================
+// CUDA runtime, driver and library APIs HIP 6.4 lacks (host code), and the device functions that go with them.
+// Only compiled as HIP (hip-clang), or as host C++ against HIP's runtime API (__HIP_PLATFORM_AMD__): the
+// integer intrinsics above stay plain C++. `ember hipify` renames the CUDA names to these (maps/compat.json,
+// section "replace"):
+//
+//  * extensible launches: cudaLaunchKernelEx / cudaLaunchKernelExC / cuLaunchKernelEx with cudaLaunchConfig_t,
+//    cudaLaunchAttribute and every cudaLaunchAttribute* id (CUDA's values). HIP 7 added hipLaunchKernelExC;
+//    HIP 6.4 has none, so ember_hipLaunchKernelExC applies the attributes itself and launches with
+//    hipLaunchKernel (hipLaunchCooperativeKernel for the cooperative attribute):
+//      - programmatic stream serialization (programmatic dependent launch, PDL): HIP has no PDL; the kernel is
+//        launched after the previous work of the stream has completed, as without the attribute. That is
+//        always correct (PDL only lets a kernel start early), only the overlap is lost;
+//        cudaGridDependencySynchronize / cudaTriggerProgrammaticLaunchCompletion are then no-ops, as in CUDA
+//        for a kernel launched without the attribute;
+//      - programmatic / launch-completion events: recorded on the stream after the kernel (they fire when it
+//        has completed, later than CUDA may fire them, never earlier);
+//      - cluster dimension: AMD GPUs have no thread-block clusters; 1x1x1 is accepted, anything larger returns
+//        hipErrorNotSupported; the preferred cluster dimension is a hint and ignored;
+//      - access-policy window, priority, synchronization and scheduling policies, memory sync domains, shared
+//        memory carveout, device-updatable node, NVLink hint: performance hints, ignored;
+//      - an unknown id returns hipErrorInvalidValue.
+//  * graph update, CUDA 12 form: cudaGraphExecUpdate(exec, graph, &cudaGraphExecUpdateResultInfo) through
+//    hipGraphExecUpdate(exec, graph, &errorNode, &result) (errorFromNode is always null: HIP does not say).
+//  * cublasSetWorkspace: hipBLAS 6.4 has no hipblasSetWorkspace; the user's buffer is handed to hipBLAS >= 3's
+//    hipblasSetWorkspace or to rocBLAS's rocblas_set_workspace (the hipBLAS handle is a rocBLAS handle on AMD),
+//    looked up at run time; without either, the call succeeds and rocBLAS keeps managing its own workspace.
+//  * device: __nanosleep (s_sleep loop), __reduce_{add,min,max,and,or,xor}_sync (over the lanes of the mask, in
+//    the 32-lane group of the calling lane).
+
+#if defined(__HIP__) || defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
+
+#if !defined(__HIP__) && !defined(__HIPCC__)
+#include <hip/hip_runtime_api.h>
+#endif
+#include <dlfcn.h>
+#include <stddef.h>
+#include <utility>
+
+// ---- extensible launch: configuration and attributes (CUDA's layout and attribute values) --------------------
+enum ember_hipLaunchAttributeID {
+  ember_hipLaunchAttributeIgnore = 0,
+  ember_hipLaunchAttributeAccessPolicyWindow = 1,
+  ember_hipLaunchAttributeCooperative = 2,
+  ember_hipLaunchAttributeSynchronizationPolicy = 3,
+  ember_hipLaunchAttributeClusterDimension = 4,
+  ember_hipLaunchAttributeClusterSchedulingPolicyPreference = 5,
+  ember_hipLaunchAttributeProgrammaticStreamSerialization = 6,
+  ember_hipLaunchAttributeProgrammaticEvent = 7,
+  ember_hipLaunchAttributePriority = 8,
+  ember_hipLaunchAttributeMemSyncDomainMap = 9,
+  ember_hipLaunchAttributeMemSyncDomain = 10,
+  ember_hipLaunchAttributePreferredClusterDimension = 11,
+  ember_hipLaunchAttributeLaunchCompletionEvent = 12,
+  ember_hipLaunchAttributeDeviceUpdatableKernelNode = 13,
+  ember_hipLaunchAttributePreferredSharedMemoryCarveout = 14,
+  ember_hipLaunchAttributeNvlinkUtilCentricScheduling = 16
+};
+
+union ember_hipLaunchAttributeValue {
+  char pad[64];
+  hipAccessPolicyWindow accessPolicyWindow;
+  int cooperative;
+  int syncPolicy;
+  struct {
+    unsigned int x, y, z;
+  } clusterDim;
+  int clusterSchedulingPolicyPreference;
+  int programmaticStreamSerializationAllowed;
+  struct {
+    hipEvent_t event;
+    int flags;
+    int triggerAtBlockStart;
+  } programmaticEvent;
+  int priority;
+  struct {
+    unsigned char default_;
+    unsigned char remote;
+  } memSyncDomainMap;
+  int memSyncDomain;
+  struct {
+    unsigned int x, y, z;
+  } preferredClusterDim;
+  struct {
+    hipEvent_t event;
+    int flags;
+  } launchCompletionEvent;
+  struct {
+    int deviceUpdatable;
+    void* devNode;
+  } deviceUpdatableKernelNode;
+  unsigned int sharedMemCarveout;
+  unsigned int nvlinkUtilCentricScheduling;
+};
+
+// cudaLaunchAttribute (runtime: .val) and CUlaunchAttribute (driver: .value) in one
+struct ember_hipLaunchAttribute {
+  ember_hipLaunchAttributeID id;
+  char pad[8 - sizeof(ember_hipLaunchAttributeID)];
+  union {
+    ember_hipLaunchAttributeValue val;
+    ember_hipLaunchAttributeValue value;
+  };
+};
+
+struct ember_hipLaunchConfig_t {
+  dim3 gridDim;
+  dim3 blockDim;
+  size_t dynamicSmemBytes;
+  hipStream_t stream;
+  ember_hipLaunchAttribute* attrs;
+  unsigned int numAttrs;
+};
+
+// CUlaunchConfig (the driver's cuLaunchKernelEx)
+struct ember_HIP_LAUNCH_CONFIG {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  hipStream_t hStream;
+  ember_hipLaunchAttribute* attrs;
+  unsigned int numAttrs;
+};
+
+namespace ember_compat_detail {
+
+struct LaunchPlan {
+  bool cooperative = false;
+  hipEvent_t events[2] = {nullptr, nullptr};  // programmatic event, launch-completion event
+};
+
+// Reads the attributes into `plan`; hipSuccess, or the error CUDA's launch would not get past on an AMD GPU.
+static inline hipError_t plan_launch(const ember_hipLaunchAttribute* attrs, unsigned int count, LaunchPlan* plan) {
+  if (count != 0 && attrs == nullptr) return hipErrorInvalidValue;
+  for (unsigned int i = 0; i < count; ++i) {
+    const ember_hipLaunchAttributeValue& v = attrs[i].val;
+    switch (attrs[i].id) {
+      case ember_hipLaunchAttributeCooperative:
+        plan->cooperative = v.cooperative != 0;
+        break;
+      case ember_hipLaunchAttributeClusterDimension:  // no thread-block clusters on AMD GPUs
+        if (static_cast<unsigned long long>(v.clusterDim.x) * v.clusterDim.y * v.clusterDim.z > 1ull)
+          return hipErrorNotSupported;
+        break;
+      case ember_hipLaunchAttributeProgrammaticEvent:  // fires once the kernel has completed
+        plan->events[0] = v.programmaticEvent.event;
+        break;
+      case ember_hipLaunchAttributeLaunchCompletionEvent:
+        plan->events[1] = v.launchCompletionEvent.event;
+        break;
+      case ember_hipLaunchAttributeIgnore:
+      case ember_hipLaunchAttributeAccessPolicyWindow:
+      case ember_hipLaunchAttributeSynchronizationPolicy:
+      case ember_hipLaunchAttributeClusterSchedulingPolicyPreference:
+      case ember_hipLaunchAttributeProgrammaticStreamSerialization:  // no PDL in HIP: launched serialized
+      case ember_hipLaunchAttributePriority:
+      case ember_hipLaunchAttributeMemSyncDomainMap:
+      case ember_hipLaunchAttributeMemSyncDomain:
+      case ember_hipLaunchAttributePreferredClusterDimension:
+      case ember_hipLaunchAttributeDeviceUpdatableKernelNode:
+      case ember_hipLaunchAttributePreferredSharedMemoryCarveout:
+      case ember_hipLaunchAttributeNvlinkUtilCentricScheduling:
+        break;
+      default:
+        return hipErrorInvalidValue;
+    }
+  }
+  return hipSuccess;
+}
+
+static inline hipError_t finish_launch(const LaunchPlan& plan, hipError_t launched, hipStream_t stream) {
+  if (launched != hipSuccess) return launched;
+  for (hipEvent_t event : plan.events) {
+    if (event == nullptr) continue;
+    const hipError_t recorded = hipEventRecord(event, stream);
+    if (recorded != hipSuccess) return recorded;
+  }
+  return hipSuccess;
+}
+
+// rocblas_status -> hipblasStatus_t (the values of both enums)
+static inline int blas_status(int rocblas) {
+  switch (rocblas) {
+    case 0: return 0;  // success
+    case 1: return 1;  // invalid handle -> HIPBLAS_STATUS_NOT_INITIALIZED
+    case 2: return 7;  // not implemented -> HIPBLAS_STATUS_NOT_SUPPORTED
+    case 3:            // invalid pointer
+    case 4:            // invalid size
+    case 11: return 3;  // invalid value -> HIPBLAS_STATUS_INVALID_VALUE
+    case 5: return 2;   // memory error -> HIPBLAS_STATUS_ALLOC_FAILED
+    default: return 6;  // HIPBLAS_STATUS_INTERNAL_ERROR
+  }
+}
+
+static inline int blas_set_workspace(void* handle, void* workspace, size_t bytes) {
+  typedef int (*set_workspace_fn)(void*, void*, size_t);
+  static const set_workspace_fn native =
+      reinterpret_cast<set_workspace_fn>(dlsym(RTLD_DEFAULT, "hipblasSetWorkspace"));  // hipBLAS >= 3
+  if (native != nullptr) return native(handle, workspace, bytes);
+  static const set_workspace_fn rocblas =
+      reinterpret_cast<set_workspace_fn>(dlsym(RTLD_DEFAULT, "rocblas_set_workspace"));
+  return rocblas != nullptr ? blas_status(rocblas(handle, workspace, bytes)) : 0;
+}
+
+}  // namespace ember_compat_detail
+
+// cudaLaunchKernelExC(config, func, args)
+static inline hipError_t ember_hipLaunchKernelExC(const ember_hipLaunchConfig_t* config, const void* func,
+                                                  void** args) {
+  if (config == nullptr) return hipErrorInvalidValue;
+  ember_compat_detail::LaunchPlan plan;
+  const hipError_t planned = ember_compat_detail::plan_launch(config->attrs, config->numAttrs, &plan);
+  if (planned != hipSuccess) return planned;
+  const hipError_t launched =
+      plan.cooperative ? hipLaunchCooperativeKernel(func, config->gridDim, config->blockDim, args,
+                                                    static_cast<unsigned int>(config->dynamicSmemBytes), config->stream)
+                       : hipLaunchKernel(func, config->gridDim, config->blockDim, args, config->dynamicSmemBytes,
+                                         config->stream);
+  return ember_compat_detail::finish_launch(plan, launched, config->stream);
+}
+
+// cudaLaunchKernelEx(config, kernel, args...): the arguments converted to the kernel's parameter types first
+template <typename... ExpTypes, typename... ActTypes>
+static inline hipError_t ember_hipLaunchKernelEx(const ember_hipLaunchConfig_t* config, void (*kernel)(ExpTypes...),
+                                                 ActTypes&&... args) {
+  return [&](ExpTypes... coerced) {
+    void* pointers[sizeof...(ExpTypes) + 1] = {((void*)&coerced)..., nullptr};
+    return ember_hipLaunchKernelExC(config, reinterpret_cast<const void*>(kernel), pointers);
+  }(std::forward<ActTypes>(args)...);
+}
+
+// cuLaunchKernelEx(config, function, params, extra)
+static inline hipError_t ember_hipDrvLaunchKernelEx(const ember_HIP_LAUNCH_CONFIG* config, hipFunction_t f,
+                                                    void** params, void** extra) {
+  if (config == nullptr) return hipErrorInvalidValue;
+  ember_compat_detail::LaunchPlan plan;
+  const hipError_t planned = ember_compat_detail::plan_launch(config->attrs, config->numAttrs, &plan);
+  if (planned != hipSuccess) return planned;
+  hipError_t launched;
+  if (plan.cooperative) {
+#if defined(HIP_VERSION_MAJOR) && HIP_VERSION_MAJOR >= 6
+    launched = extra != nullptr ? hipErrorInvalidValue
+                                : hipModuleLaunchCooperativeKernel(f, config->gridDimX, config->gridDimY,
+                                                                   config->gridDimZ, config->blockDimX,
+                                                                   config->blockDimY, config->blockDimZ,
+                                                                   config->sharedMemBytes, config->hStream, params);
+#else
+    launched = hipErrorNotSupported;  // HIP 5 has no hipModuleLaunchCooperativeKernel
+#endif
+  } else {
+    launched = hipModuleLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                                     config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                                     params, extra);
+  }
+  return ember_compat_detail::finish_launch(plan, launched, config->hStream);
+}
+
+// ---- graph update, CUDA 12 form ------------------------------------------------------------------------------
+struct ember_hipGraphExecUpdateResultInfo {
+  hipGraphExecUpdateResult result;
+  hipGraphNode_t errorNode;
+  hipGraphNode_t errorFromNode;
+};
+
+// cudaGraphExecUpdateErrorAttributesChanged: HIP never reports it (an int: hipGraphExecUpdateResult stops at 7)
+static constexpr int ember_hipGraphExecUpdateErrorAttributesChanged = 8;
+
+static inline hipError_t ember_hipGraphExecUpdate(hipGraphExec_t exec, hipGraph_t graph,
+                                                  ember_hipGraphExecUpdateResultInfo* info) {
+  hipGraphNode_t node = nullptr;
+  hipGraphExecUpdateResult result = hipGraphExecUpdateSuccess;
+  const hipError_t status = hipGraphExecUpdate(exec, graph, &node, &result);
+  if (info != nullptr) {
+    info->result = result;
+    info->errorNode = node;
+    info->errorFromNode = nullptr;
+  }
+  return status;
+}
+
+// ---- cuBLAS workspace ----------------------------------------------------------------------------------------
+// A macro so that hipblasStatus_t is looked up where it is used (this header comes before the file's hipBLAS one).
+#define ember_hipblasSetWorkspace(handle, workspace, bytes) \
+  static_cast<hipblasStatus_t>(::ember_compat_detail::blas_set_workspace((handle), (workspace), (bytes)))
+
+#endif  // HIP host API
+
+#if defined(__HIP__) || defined(__HIPCC__)
+
+// ---- device: programmatic dependent launch (no-ops: the launch was serialized), sleep, warp reductions -------
+static __device__ __forceinline__ void ember_hipGridDependencySynchronize() {}
+static __device__ __forceinline__ void ember_hipTriggerProgrammaticLaunchCompletion() {}
+
+// __nanosleep(ns): s_sleep 1 idles the wave for about 64 clocks, ~30-40 ns at CDNA's 1.5-2.1 GHz; capped at 1 ms
+static __device__ __forceinline__ void ember_nanosleep(unsigned int ns) {
+  const unsigned int capped = ns < 1000000u ? ns : 1000000u;
+  for (unsigned int slept = 0; slept < capped; slept += 32u) __builtin_amdgcn_s_sleep(1);
+}
+
+namespace ember_compat_detail {
+// `op` over the values of the lanes whose bit is set in `mask` (bit i: lane i of the calling lane's 32-lane group,
+// the lanes a CUDA warp's lanes become); every lane of the group that runs it gets the result
+template <class T, class Op>
+static __device__ __forceinline__ T reduce_sync(unsigned int mask, T value, Op op) {
+  const int base = static_cast<int>(__lane_id()) & ~31;
+  T acc = value;
+  bool first = true;
+  for (int i = 0; i < 32; ++i) {
+    const T x = __shfl(value, base + i, warpSize);
+    if ((mask >> i) & 1u) {
+      acc = first ? x : op(acc, x);
+      first = false;
+    }
+  }
+  return acc;
+}
+struct ReduceAdd {
+  template <class T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct ReduceMin {
+  template <class T> __device__ T operator()(T a, T b) const { return b < a ? b : a; }
+};
+struct ReduceMax {
+  template <class T> __device__ T operator()(T a, T b) const { return a < b ? b : a; }
+};
+struct ReduceAnd {
+  __device__ unsigned int operator()(unsigned int a, unsigned int b) const { return a & b; }
+};
+struct ReduceOr {
+  __device__ unsigned int operator()(unsigned int a, unsigned int b) const { return a | b; }
+};
+struct ReduceXor {
+  __device__ unsigned int operator()(unsigned int a, unsigned int b) const { return a ^ b; }
+};
+}  // namespace ember_compat_detail
+
+// sums wrap modulo 2^32, as CUDA's
+static __device__ __forceinline__ unsigned int ember_reduce_add_sync(unsigned int mask, unsigned int value) {
+  return ember_compat_detail::reduce_sync(mask, value, ember_compat_detail::ReduceAdd());
+}
+static __device__ __forceinline__ int ember_reduce_add_sync(unsigned int mask, int value) {
+  return static_cast<int>(ember_reduce_add_sync(mask, static_cast<unsigned int>(value)));
+}
+static __device__ __forceinline__ unsigned int ember_reduce_min_sync(unsigned int mask, unsigned int value) {
+  return ember_compat_detail::reduce_sync(mask, value, ember_compat_detail::ReduceMin());
+}
+static __device__ __forceinline__ int ember_reduce_min_sync(unsigned int mask, int value) {
+  return ember_compat_detail::reduce_sync(mask, value, ember_compat_detail::ReduceMin());
+}
+static __device__ __forceinline__ unsigned int ember_reduce_max_sync(unsigned int mask, unsigned int value) {
+  return ember_compat_detail::reduce_sync(mask, value, ember_compat_detail::ReduceMax());
+}
+static __device__ __forceinline__ int ember_reduce_max_sync(unsigned int mask, int value) {
+  return ember_compat_detail::reduce_sync(mask, value, ember_compat_detail::ReduceMax());
+}
+static __device__ __forceinline__ unsigned int ember_reduce_and_sync(unsigned int mask, unsigned int value) {
+  return ember_compat_detail::reduce_sync(mask, value, ember_compat_detail::ReduceAnd());
+}
+static __device__ __forceinline__ unsigned int ember_reduce_or_sync(unsigned int mask, unsigned int value) {
+  return ember_compat_detail::reduce_sync(mask, value, ember_compat_detail::ReduceOr());
+}
+static __device__ __forceinline__ unsigned int ember_reduce_xor_sync(unsigned int mask, unsigned int value) {
+  return ember_compat_detail::reduce_sync(mask, value, ember_compat_detail::ReduceXor());
+}
+
+#endif  // HIP device

@@ -40,7 +40,12 @@ INCLUDES = {
     "math_constants.h": "hip/hip_math_constants.h",
 }
 # driver functions build_maps.py does not derive by rule (HIP 6 added hipDrv* spellings with CUDA's signature)
-DRIVER = {"cuGetErrorString": "hipDrvGetErrorString", "cuGetErrorName": "hipDrvGetErrorName"}
+DRIVER = {
+    "cuGetErrorString": "hipDrvGetErrorString",
+    "cuGetErrorName": "hipDrvGetErrorName",
+    # CUDA's deprecated spelling of CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (same value, 102)
+    "CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED": "hipDeviceAttributeVirtualMemoryManagementSupported",
+}
 # the bf16 scalar / pair types (HIP 5.2 maps the scalar to its older hip_bfloat16 class)
 BF16_TYPES = {
     "nv_bfloat16": "__hip_bfloat16",
