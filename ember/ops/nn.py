@@ -47,13 +47,18 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul", strategy: Layout |
     if len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N >= 256:
         return _matmul_packed(a, b, batch, M, K, N, strategy or host_layout())
     intrin = (strategy or host_layout()).matrix_intrinsic(dtype_of(a)) if dtype_of(a) == dtype_of(b) else None
-    if intrin is not None and len(sb) == 2 and not a1 and K >= 16 and N >= 16 and M * N >= 256:
+    if intrin is not None and not a1 and not b1 and K >= 16 and N >= 16 and M * N >= 256:
         lead = ea[:-2]
 
         def a_at(li: tuple[Any, ...], m: Any, kk: Any) -> Any:
             return a[tuple(li) + (m, kk)]
 
-        return tensorcore_product(a_at, lambda kk, n: b[kk, n], lead, M, N, K, dtype_of(a), intrin, name)
+        if len(sb) == 2:
+            return tensorcore_product(a_at, lambda kk, n: b[kk, n], lead, M, N, K, dtype_of(a), intrin, name)
+        if tuple(eb[:-2]) == tuple(lead):  # a batch of products (attention), no broadcasting
+            cacc = tensorcore_accumulator(a_at, lambda li, kk, n: b[tuple(li) + (kk, n)], lead, M, N, K,
+                                          dtype_of(a), intrin, name, b_batched=True)
+            return compute(lead + (M, N), lambda *i: cast(cacc[i], dtype_of(a)), name=uname(name + "_round"))
     k = te.reduce_axis((0, K), name="k")
     nb = len(batch)
     dt = dtype_of(a)

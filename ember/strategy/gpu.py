@@ -45,7 +45,7 @@ from ..te.tensor import IterKind, IterVar, Range
 from ..te.tensor_intrin import INTRINSICS, MatrixIntrinsic
 from .base import Strategy, extent, first_tagged
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
-from .tensorcore import schedule_tensorcore, tile_for_domain
+from .tensorcore import reads_as_matrix, schedule_tensorcore, tile_for_domain
 
 THREADS = 256
 # Packed GEMM tilings, largest first: (block tile BM x BN, thread tile TM x TN), always 16 x 16
@@ -332,16 +332,27 @@ def schedule_group_gpu(
         assert isinstance(op, ComputeOp)
         if not op.is_reduction and not op.materialize and op.name not in keep:
             stage.compute_inline()
+    done: set[int] = set()
     for stage in list(s.stages):
         op = stage.op
         if isinstance(op, PlaceholderOp) or stage.attach != "root":
             continue
         if getattr(op, "tag", "") == "tc_gemm" and not stage.is_output:
             continue  # computed in registers of the stage that reads it (below)
+        if id(stage) in done:
+            continue
         acc = _tensorcore_input(s, stage)
         if acc is not None:
             intrin = INTRINSICS[acc.op.attrs["intrin"]]
-            schedule_tensorcore(s, stage.op.output(0), acc, intrin, tile_for_domain(acc, intrin), target)
+            store = stage
+            if not reads_as_matrix(s, stage.op.output(0), acc):
+                # The epilogue mixes the rows and columns (a reshape): the stage that reads the
+                # accumulator directly stores it, and the rest runs as a kernel of its own.
+                store = next(c for c in s.consumers(s[acc]))
+                store.compute_root()
+                _schedule_root(s, stage)
+            schedule_tensorcore(s, store.op.output(0), acc, intrin, tile_for_domain(acc, intrin), target)
+            done.add(id(store))
             continue
         if getattr(op, "tag", "") == "conv_packed":
             assert isinstance(op, ComputeOp)

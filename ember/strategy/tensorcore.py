@@ -193,6 +193,16 @@ class _Inlined(Mutator):
         return self.visit(substitute(body, {iv.var: ix for iv, ix in zip(st.op.axis, e.indices)}))
 
 
+def reads_as_matrix(s: te.Schedule, out: te.Tensor, acc: te.Tensor) -> bool:
+    """True when ``out``'s stage reads ``acc`` with one of its axes for the rows and others for
+    the columns (what :func:`schedule_tensorcore` needs; a reshape that mixes them does not)."""
+    try:
+        _axes_reading(s, s[out].op, acc)
+    except ScheduleError:
+        return False
+    return True
+
+
 def _axes_reading(s: te.Schedule, out_op: te.ComputeOp, acc: te.Tensor) -> tuple[list, te.IterVar | None, list]:
     """The output's axes that index the accumulator's row (``i``), its column (``j`` parts, e.g.
     ``oh``, ``ow`` of a convolution) and the others (batch)."""

@@ -127,3 +127,35 @@ def test_conv_bias_residual_relu_on_tensor_cores(cuda_dev, b, c, hw, m, k, strid
     bound = _conv_ref(np.abs(x), np.abs(w), stride, pad)
     err = np.abs(out.astype(np.float64) - ref)
     assert np.all(err <= 3 * ULP["float16"] * (np.abs(mm) + np.abs(ref) + np.abs(res)) + 2.0**-20 * bound)
+
+
+def test_attention_block_on_tensor_cores(cuda_dev) -> None:
+    """Projection, per-head QK^T and PV (batched products on tensor cores), a scale, softmax and
+    the reshapes around them; against NumPy float64 on the same float16 inputs. Tolerance 1e-2 of
+    the largest output: the scores, softmax and probabilities are rounded to float16 in between
+    (the reference keeps float64)."""
+    S, D, H = 128, 64, 4
+    wq = _round(rng.standard_normal((H * D, H * D)) * 0.05, "float16")
+    nodes = [h.make_node("MatMul", ["x", "wq"], ["q"]),
+             h.make_node("Reshape", ["q", "shape"], ["q4"]),
+             h.make_node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
+             h.make_node("Transpose", ["q4"], ["kt"], perm=[0, 2, 3, 1]),
+             h.make_node("MatMul", ["qt", "kt"], ["sc"]), h.make_node("Mul", ["sc", "scale"], ["sc2"]),
+             h.make_node("Softmax", ["sc2"], ["p"], axis=-1), h.make_node("MatMul", ["p", "qt"], ["o"]),
+             h.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+             h.make_node("Reshape", ["ot", "shape2"], ["out"])]
+    inits = [_tensor("wq", wq, "float16"), nh.from_array(np.array([1, S, H, D], np.int64), "shape"),
+             nh.from_array(np.array(0.125, np.float16), "scale"),
+             nh.from_array(np.array([1, S, H * D], np.int64), "shape2")]
+    model = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT16, [1, S, H * D])],
+                   [h.make_tensor_value_info("out", T.FLOAT16, None)], inits)
+    compiled = ember.compile(model, target="cuda")
+    assert compiled.get_source("asm").count("mma.sync.aligned.m16n8k16") > 0
+    x = _round(rng.standard_normal((1, S, H * D)) * 0.5, "float16")
+    (out,) = compiled(x=x.astype(np.float16))
+    q = (x @ wq).reshape(1, S, H, D).transpose(0, 2, 1, 3)
+    sc = q @ q.transpose(0, 1, 3, 2) * 0.125
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    ref = (p @ q).transpose(0, 2, 1, 3).reshape(1, S, H * D)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 1e-2 * np.abs(ref).max()
