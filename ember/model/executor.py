@@ -21,6 +21,7 @@ leaves the model on plain launches, with one warning.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 import warnings
@@ -214,14 +215,14 @@ class ExecutionContext:
         graph = None
         try:
             drv.begin_capture(self._stream, "thread_local")
+            captured = False
             try:
                 self._run_steps(dict(env), None, self._fixed)
-            except BaseException:
-                try:  # leave capture mode; the launch's own error is the one to report
-                    drv.end_capture(self._stream)
-                except EmberError:
-                    pass
-                raise
+                captured = True
+            finally:
+                if not captured:  # leave capture mode; the launch's own error is the one to report
+                    with contextlib.suppress(EmberError):
+                        drv.end_capture(self._stream)
             graph = drv.end_capture(self._stream)
         except EmberError as exc:
             state.failed = state.failed or str(exc)
