@@ -107,6 +107,8 @@ def tensor_scatter(ctx: OpContext, past: Tensor, upd: Tensor, wi: Tensor | None 
         raise ctx.fail(f"mode {mode!r} is not linear or circular")
     if ax == 0 or len(su) != len(sp) or any(su[d] != sp[d] for d in range(len(sp)) if d != ax) or su[ax] > sp[ax]:
         raise ctx.fail(f"update {su} does not fit the cache {sp} along axis {ax} (axis 0 is the batch)")
+    if wi is not None and shape(wi) != (sp[0],):
+        raise ctx.fail(f"write_indices has shape {shape(wi)}; it needs one index per batch entry ({sp[0]},)")
     seq, cap = su[ax], sp[ax]
 
     def body(*i: Any) -> E.PrimExpr:

@@ -48,10 +48,13 @@ from .worker import write_msg
 ROOT = Path(__file__).resolve().parents[2]
 BUGS = ("crash", "hang", "foreign", "accepted_invalid", "mismatch")
 
-#: ONNX Runtime errors that say it lacks something, not that the model is wrong.
+#: ONNX Runtime errors that say it lacks something, not that the model is wrong: no kernel for a
+#: type, opset or IR version, and limits of its CPU kernels the spec does not have (LRN on 4-D
+#: inputs with an odd size only, linear Resize of 2-D/3-D/4-D inputs only).
 _ORT_UNSUPPORTED = re.compile(
     r"NOT_IMPLEMENTED|Could not find an implementation|official support for domain|Unsupported model IR version|"
-    r"under development|is not supported|no kernel|Unsupported data type",
+    r"under development|is not supported|no kernel|Unsupported data type|"
+    r"lrn\.cc.*NumDimensions\(\) == 4|size_ % 2 == 1|'Linear' mode only supports",
     re.I,
 )
 #: ONNX Runtime behaviour that departs from the spec, where ember follows the spec: a trailing

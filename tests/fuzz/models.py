@@ -710,10 +710,110 @@ def g_misc(b: Builder, x: Value) -> Value | None:
     return Value(y, x.shape)
 
 
+def g_conv_transpose(b: Builder, x: Value) -> Value | None:
+    x = _nchw(b, x)
+    nsp = len(x.shape) - 2
+    C = x.shape[1]
+    group = b.ch.choice([g for g in range(1, C + 1) if C % g == 0])
+    mg = b.ch.int(1, 2)
+    k = [b.ch.int(1, 3) for _ in range(nsp)]
+    strides = [b.ch.int(1, 2) for _ in range(nsp)]
+    pads = [b.ch.int(0, k[d % nsp] - 1) for d in range(2 * nsp)]
+    attrs: dict[str, Any] = {"strides": strides, "pads": pads, "group": group}
+    opad = [b.ch.int(0, s - 1) for s in strides]
+    if b.ch.bool(0.3):
+        attrs["output_padding"] = opad
+    else:
+        opad = [0] * nsp
+    wshape = [C, mg] + k
+    bad = b.bad()
+    if bad:
+        kind = b.ch.int(0, 2)
+        if kind == 0:
+            attrs["kernel_shape"] = [v + 1 for v in k]
+        elif kind == 1:
+            wshape[0] = C + 1
+        else:
+            attrs["output_padding"] = [s + 1 for s in strides]
+    ins = [x.name, b.const(b.np.uniform(-1, 1, wshape).astype(np.float32))]
+    if b.ch.bool():
+        ins.append(b.const(b.np.uniform(-1, 1, (mg * group,)).astype(np.float32)))
+    (y,) = b.node("ConvTranspose", ins, **attrs)
+    if bad:
+        return None
+    out = [x.shape[0], mg * group]
+    for d in range(nsp):
+        out.append(strides[d] * (x.shape[2 + d] - 1) + opad[d] + k[d] - pads[d] - pads[nsp + d])
+    return Value(y, tuple(out)) if all(o > 0 for o in out) else None
+
+
+def g_nd(b: Builder, x: Value) -> Value | None:
+    r = len(x.shape)
+    q = b.ch.int(1, r)
+    n = b.ch.int(1, 3)
+    idx = np.stack([b.np.integers(-x.shape[k], x.shape[k], n) for k in range(q)], axis=-1).astype(np.int64)
+    bad = b.bad()
+    if bad and b.ch.bool():
+        idx[0, 0] = x.shape[0] + 1
+    if b.ch.bool():
+        (y,) = b.node("GatherND", [x.name, b.const(idx)])
+        return None if bad else Value(y, (n,) + x.shape[q:])
+    upd_shape = (n,) + x.shape[q:]
+    if bad:
+        upd_shape = (n + 1,) + x.shape[q:]
+    _, first = np.unique(idx % np.array(x.shape[:q]), axis=0, return_index=True)
+    idx = idx[np.sort(first)]  # distinct targets: the result does not depend on the order of updates
+    upd_shape = (len(idx) + (1 if bad and upd_shape[0] != n else 0),) + x.shape[q:]
+    upd = b.const(b.np.uniform(-1, 1, upd_shape).astype(np.float32))
+    (y,) = b.node("ScatterND", [x.name, b.const(idx), upd])
+    return None if bad else Value(y, x.shape)
+
+
+def g_index_ops(b: Builder, x: Value) -> Value | None:
+    op = b.ch.choice(["OneHot", "ReverseSequence", "Resize", "LRN"])
+    bad = b.bad()
+    if op == "OneHot":
+        depth = b.ch.int(1, 4) if not bad else b.ch.choice([0, -2])
+        n = x.shape[0]
+        idx = b.np.integers(-depth if depth > 0 else 0, max(depth, 1), (n,)).astype(np.int64)
+        ind = b.input(idx.shape, TensorProto.INT64, idx).name if b.ch.bool() else b.const(idx)
+        (o,) = b.node("OneHot", [ind, b.const(np.array([depth], np.int64)),
+                                 b.const(np.array([0.0, 1.0], np.float32))], axis=-1)
+        if bad:
+            return None
+        (y,) = b.node("Add", [o, b.const(np.float32(0.5))])
+        return Value(y, (n, depth))
+    if op == "ReverseSequence":
+        if len(x.shape) < 2:
+            return g_unary(b, x)
+        t, n = x.shape[0], x.shape[1]
+        lens = b.np.integers(0, t + 1, (n,)).astype(np.int64)
+        if bad:
+            lens[0] = t + 3
+        lens_name = b.input(lens.shape, TensorProto.INT64, lens).name if b.ch.bool(0.3) and not bad else b.const(lens)
+        (y,) = b.node("ReverseSequence", [x.name, lens_name], batch_axis=1, time_axis=0)
+        return None if bad else Value(y, x.shape)
+    if op == "Resize":
+        scales = [float(b.ch.choice([1, 1, 2, 0.5])) for _ in x.shape]
+        if bad:
+            scales = scales[:-1] or [2.0, 2.0]
+        mode = b.ch.choice(["nearest", "linear"])
+        (y,) = b.node("Resize", [x.name, "", b.const(np.array(scales, np.float32))], mode=mode)
+        if bad:
+            return None
+        out = tuple(int(np.floor(d * s)) for d, s in zip(x.shape, scales))
+        return Value(y, out) if all(out) else None
+    if len(x.shape) < 3:
+        return g_unary(b, x)
+    size = b.ch.int(1, 5) if not bad else 0
+    (y,) = b.node("LRN", [x.name], size=size)
+    return None if bad else Value(y, x.shape)
+
+
 GENERATORS: list[Gen] = [
     g_unary, g_binary, g_transpose, g_reshape, g_flatten, g_concat, g_gemm, g_matmul, g_conv, g_pool,
     g_slice, g_gather, g_squeeze, g_softmax, g_reduce, g_pad, g_expand_tile, g_split, g_norm, g_space,
-    g_topk_cumsum, g_scatter, g_misc,
+    g_topk_cumsum, g_scatter, g_misc, g_conv_transpose, g_nd, g_index_ops,
 ]
 
 
