@@ -31,7 +31,7 @@ from .ir import expr as E
 from .ir.stmt import PrimFunc
 from .lowering import lower
 from .model import cache as model_cache
-from .model.group_lowering import lower_groups
+from .model.group_lowering import lower_groups, share_identical_kernels
 from .model.memory_plan import plan_memory
 from .model.model import Model
 from .model.program import Program
@@ -96,6 +96,7 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
         g = optimize(AlterLayout(policy)(g), progress)
     groups = Fuse(enabled=fuse_ops)(g).groups
     funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu, target=tgt)
+    funcs, steps = share_identical_kernels(funcs, steps)
     module = None
     if funcs:
         progress(f"generating code for {len(funcs)} kernels")

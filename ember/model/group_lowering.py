@@ -171,3 +171,27 @@ def _workspaces(outs: list[te.Tensor], strategy: Strategy) -> list[te.Tensor]:
             if isinstance(t.op, ComputeOp) and strategy.keeps_in_memory(t.op) and t.op.num_outputs == 1:
                 found.append(t.op.output(0))
     return found
+
+
+def share_identical_kernels(funcs: list[Any], steps: list[dict[str, Any]]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """``funcs`` without the kernels that are identical to an earlier one but for their name
+    (the repeated layers of a network: the same loop IR and the same type of every expression),
+    and ``steps`` calling the kept one instead: each distinct kernel is generated once. The
+    arguments of each step are unchanged."""
+    from ..backends import loop_ir_types
+
+    kept: dict[tuple[str, str], str] = {}
+    alias: dict[str, str] = {}
+    out = []
+    for f in funcs:
+        key = (str(f).replace(f.name, "\x00", 1), loop_ir_types([f]))
+        first = kept.get(key)
+        if first is None:
+            kept[key] = f.name
+            out.append(f)
+        else:
+            alias[f.name] = first
+    if alias:
+        steps = [dict(st, func=alias.get(st["func"], st["func"])) if st["kind"] == "kernel" else st for st in steps]
+    return out, steps
+
