@@ -2,7 +2,8 @@
 # Runs every GPU test and every GPU benchmark of ember in one go on a machine with an NVIDIA GPU.
 # Needs no network: python3 with numpy, llvmlite, pytest (and torch/triton for the benchmarks).
 # Results go to $OUT (default: ./gpu_check_out): gpu_tests.log, gpu_tests.xml, gpu_bench.json,
-# gpu_bench.md, gpu_bench.log, launch_overhead.json, models_gpu.json/.md, env.txt. Exit status:
+# gpu_bench.md, gpu_bench.log, launch_overhead.json, models_gpu.json/.md, tensorcore_bench.json/.md,
+# tensorcore_models.json/.md, env.txt. Exit status:
 # non-zero when a test failed. Wheels in .whl/ (the EfficientNet-Lite0 packages, which the GPU
 # machine lacks; see README) are installed first into /tmp/site when present.
 # Usage: scripts/gpu_check.sh [all|tests|bench]   (two halves, for machines with a per-call time limit)
@@ -43,6 +44,11 @@ $PY benchmarks/launch_overhead.py --out "$OUT" > "$OUT/launch_overhead.log" 2>&1
 cat "$OUT/launch_overhead.log"
 $PY benchmarks/models_gpu.py --out "$OUT" --models "$EMBER_MODEL_DIR" > "$OUT/models_gpu.log" 2>&1 || bench_rc=1
 tail -n 12 "$OUT/models_gpu.log"
+$PY benchmarks/tensorcore_bench.py --out "$OUT" > "$OUT/tensorcore_bench.log" 2>&1 || bench_rc=1
+tail -n 8 "$OUT/tensorcore_bench.log"
+$PY benchmarks/tensorcore_models.py --out "$OUT" --models "$EMBER_MODEL_DIR" ${TC_MODELS_ARGS:-} \
+  > "$OUT/tensorcore_models.log" 2>&1 || bench_rc=1
+tail -n 6 "$OUT/tensorcore_models.log"
 fi
 rm -rf "$OUT/.cache"
 echo "gpu_check: tests rc=$tests_rc, benchmarks rc=$bench_rc; results in $OUT"
