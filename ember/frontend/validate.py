@@ -145,6 +145,8 @@ def _check_header(m: Any) -> None:
     onnx = _onnx()
     if not m.HasField("graph"):
         raise ModelFormatError("the model holds no graph")
+    if not m.graph.output:
+        raise ModelFormatError("the model's graph has no outputs (an ONNX graph has at least one)")
     if m.ir_version <= 0:
         raise ModelFormatError("the model has no ir_version (every ONNX model states the IR version it follows)")
     if m.ir_version > onnx.IR_VERSION:

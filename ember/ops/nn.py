@@ -968,6 +968,14 @@ def resize(ctx: OpContext, x: Tensor, *rest: Any) -> Tensor:
             sizes = ints(sz) if sz is not None and sz.size else None
         ctm = _s(ctx.attr("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 11 else "asymmetric"))
         nmode = _s(ctx.attr("nearest_mode", "round_prefer_floor"))
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ctx.fail(f"mode {mode!r} is not one of nearest, linear, cubic")
+    if nmode not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+        raise ctx.fail(f"nearest_mode {nmode!r} is not one of round_prefer_floor, round_prefer_ceil, floor, ceil")
+    if scales is not None and (len(scales) not in (len(axes), n) or any(not v > 0 for v in scales)):
+        raise ctx.fail(f"scales {scales} must be {len(axes)} positive values (one per resized axis)")
+    if sizes is not None and (len(sizes) != len(axes) or any(v < 0 for v in sizes)):
+        raise ctx.fail(f"sizes {sizes} must be {len(axes)} non-negative values (one per resized axis)")
     antialias = int(ctx.attr("antialias", 0))
     if antialias and mode == "nearest":
         raise ctx.fail("antialias=1 applies to the linear and cubic modes only, not nearest")

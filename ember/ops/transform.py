@@ -33,10 +33,11 @@ def _unravel(lin: E.PrimExpr, shp: tuple[int, ...]) -> tuple[E.PrimExpr, ...]:
     return tuple(reversed(out))
 
 
-def vector(ctx: OpContext, i: int, what: str) -> list[int]:
-    """The constant 1-D integer input ``i`` (the spec's "1-D tensor" of sizes, axes, pads...)."""
+def vector(ctx: OpContext, i: int, what: str, scalar: bool = False) -> list[int]:
+    """The constant 1-D integer input ``i`` (the spec's "1-D tensor" of sizes, axes, pads...);
+    with ``scalar`` a 0-d one too (ONNX Runtime and the node tests take scalar axes)."""
     v = ctx.value(i)
-    if v is None or np.ndim(v) != 1:
+    if v is None or np.ndim(v) not in ((0, 1) if scalar else (1,)):
         raise ctx.fail(f"input {i} ({what}) must be a 1-D tensor, got {'nothing' if v is None else np.shape(v)}")
     if not np.issubdtype(np.asarray(v).dtype, np.integer):
         raise ctx.fail(f"input {i} ({what}) must hold integers, got {np.asarray(v).dtype}")
@@ -96,7 +97,7 @@ def flatten(ctx: OpContext, x: Tensor) -> Tensor:
 
 def _axes(ctx: OpContext, i: int) -> list[int] | None:
     if ctx.opset >= 13 and i is not None:
-        return vector(ctx, i, "axes") if ctx.has(i) else None
+        return vector(ctx, i, "axes", scalar=True) if ctx.has(i) else None
     a = ctx.attr("axes")
     return None if a is None else ints(a)
 
@@ -370,6 +371,8 @@ def pad(ctx: OpContext, x: Tensor, *rest: Any) -> Tensor:
         axes = list(range(n))
     else:
         pads = vector(ctx, 1, "pads")
+        if ctx.has(2) and int(np.prod(shape(rest[1]))) != 1:
+            raise ctx.fail(f"constant_value has shape {shape(rest[1])}; it must be a scalar or one element")
         if ctx.has(2) and ctx.inputs[2] not in ctx.consts:
             t = rest[1]  # a constant value computed at run time: read it in the kernel
             cval = t[(0,) * len(t.shape)]

@@ -44,8 +44,11 @@ def mutated_model(ch: Chooser) -> Case:
             except Exception:  # an earlier byte mutation made it unreadable: mutate bytes again
                 data, what = _mutate_bytes(ch, data)
             else:
-                what = _mutate_fields(ch, m)
-                data = m.SerializeToString()
+                try:
+                    what = _mutate_fields(ch, m)
+                    data = m.SerializeToString()
+                except (UnicodeError, ValueError, TypeError):  # names an earlier byte flip broke
+                    data, what = _mutate_bytes(ch, data)
         notes.append(what)
     feeds, shapes = feeds_for(data, np.random.default_rng(ch.int(0, 2**31)))
     return Case(data, feeds, input_shapes=shapes, note=f"{seed.note} | {'; '.join(notes)}")

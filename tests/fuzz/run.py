@@ -45,7 +45,12 @@ def main(argv: list[str] | None = None) -> int:
             rng = random.Random(seed + i)
             structured = rng.random() < args.mix
             ch = Chooser(rng)
-            case = structured_model(ch) if structured else mutated_model(ch)
+            try:
+                case = structured_model(ch) if structured else mutated_model(ch)
+            except Exception as exc:  # noqa: BLE001 - a generator bug must not end the run
+                print(f"  [generator error] seed {seed + i}: {type(exc).__name__}: {exc}", flush=True)
+                i += 1
+                continue
             v = fz.check(case, "structured" if structured else "mutated")
             if v.bug:
                 first = v.detail.splitlines()[0] if v.detail else ""
