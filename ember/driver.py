@@ -23,7 +23,7 @@ import numpy as np
 
 from . import cache as compile_cache
 from .backends import backend_for, build_functions
-from .errors import EmberError
+from .errors import EmberError, FrontendError
 from .graph.alter_layout import AlterLayout
 from .graph.ir import Graph
 from .graph.passes import Fuse, default_graph_pipeline, infer_and_fold
@@ -181,9 +181,15 @@ def compile(
     verbose: bool = False,
     use_cache: bool = True,
     cuda_graphs: bool = True,
+    precision: str = "float32",
 ) -> Model:  # noqa: A001
     """Compile an ONNX model (path, bytes or ModelProto) or an ember :class:`Graph` for
     ``target`` (``"llvm"``, ``"cuda"``, ``"rocm"``, with options); returns an :class:`ember.Model`.
+
+    ``precision`` (``"float32"``, the default: exact; ``"float16"``, ``"bfloat16"``) runs a
+    float32 ONNX model's computation in the lower type, inputs and outputs keeping their declared
+    types, normalizations and softmax in float32 (:mod:`ember.frontend.precision`); on a GPU with
+    tensor cores its products run there. Any target accepts it.
 
     ``cuda_graphs`` (CUDA only, a run-time option: no effect on the compiled code or the cache):
     after a thread's first call the model's kernel launches are replayed as one CUDA graph
@@ -193,13 +199,20 @@ def compile(
     took more than ``MODEL_CACHE_MIN_SECONDS`` to compile is stored whole, and compiling the same
     bytes (external data files included) for the same target, input shapes and options with the
     same ember sources loads it instead; kernels are cached one by one as well."""
+    from .frontend.precision import check_precision
+
+    check_precision(precision)
     if isinstance(model, Graph):
+        if precision != "float32":
+            raise FrontendError(f"precision={precision!r} rewrites an ONNX model; pass the ONNX model, not a Graph")
         return _with_graphs(compile_model(model, target, fuse, verbose), cuda_graphs)
     from .frontend.control_flow import NeedsCallInputs
     from .frontend.onnx import import_onnx
     from .specialize import StructureSpecializer
 
     Target(target)  # an unknown target fails before any work
+    if precision != "float32":
+        model = _lowered(model, precision)
     key = model_cache.model_cache_key(model, target, input_shapes, fuse) if use_cache else None
     root = compile_cache.cache_dir() if key else None
     if root is not None and key is not None:
@@ -219,6 +232,24 @@ def compile(
     if root is not None and key is not None and slow and compiled.is_static:
         model_cache.store_cached_model(root, key, compiled)
     return _with_graphs(compiled, cuda_graphs)
+
+
+def _lowered(model: Any, precision: str) -> bytes:
+    """The ONNX bytes of ``model`` (a path, bytes or ModelProto) rewritten for ``precision``."""
+    import onnx
+
+    from .frontend.precision import lower_precision
+
+    try:
+        if isinstance(model, (str, os.PathLike)):
+            proto = onnx.load(str(model))
+        elif isinstance(model, (bytes, bytearray)):
+            proto = onnx.load_from_string(bytes(model))
+        else:
+            proto = model
+    except (OSError, ValueError) as err:
+        raise FrontendError(f"precision={precision!r}: cannot read the ONNX model: {err}") from err
+    return lower_precision(proto, precision).SerializeToString()
 
 
 def _with_graphs(model: Model, cuda_graphs: bool) -> Model:

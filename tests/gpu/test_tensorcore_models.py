@@ -159,3 +159,24 @@ def test_attention_block_on_tensor_cores(cuda_dev) -> None:
     p /= p.sum(-1, keepdims=True)
     ref = (p @ q).transpose(0, 2, 1, 3).reshape(1, S, H * D)
     assert np.abs(out.astype(np.float64) - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("precision,tol", [("float16", 5e-3), ("bfloat16", 3e-2)])
+def test_float32_model_in_reduced_precision_on_tensor_cores(cuda_dev, precision, tol) -> None:
+    """``precision=`` on a float32 model: its product runs on tensor cores, inputs and outputs stay
+    float32, and it matches ONNX Runtime's float32 within the tolerance of
+    ``tests/frontend/test_precision.py`` (the same block, the same reasons)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "frontend"))
+    from test_precision import block
+
+    ort = pytest.importorskip("onnxruntime", reason="the test compares with ONNX Runtime")
+    model = block(rng)
+    x = rng.standard_normal((2, 16, 64)).astype(np.float32)
+    (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    compiled = ember.compile(model, target="cuda", precision=precision)
+    assert "mma.sync.aligned.m16n8k16" in compiled.get_source("asm")
+    (got,) = compiled(x=x)
+    assert got.dtype == np.float32 and np.abs(got - want).max() <= tol * np.abs(want).max()

@@ -1,0 +1,82 @@
+"""``ember.compile(..., precision=...)``: a float32 ONNX model computed in float16 or bfloat16
+(normalization and softmax in float32, float32 inputs and outputs), against ONNX Runtime's float32.
+
+Tolerances, relative to the largest output: float16 5e-3 and bfloat16 3e-2 — each weight and
+activation is rounded to the type (2^-11 and 2^-8 relative) before 64-term products, and the
+layer norm re-scales the rounded values; float32 stays within 1e-5."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember.errors import FrontendError
+
+onnx = pytest.importorskip("onnx", reason="the test builds models with onnx")
+ort = pytest.importorskip("onnxruntime", reason="the test compares with ONNX Runtime")
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper as h  # noqa: E402
+from onnx import numpy_helper as nh  # noqa: E402
+
+from ember.frontend.precision import lower_precision  # noqa: E402
+
+TOL = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 3e-2}
+
+
+def block(rng: np.random.Generator, d: int = 64) -> bytes:
+    """MatMul + bias, LayerNorm, Softmax, a ReLU branch and a residual add; a -3.4e38 constant
+    that float16 cannot hold (a mask value) multiplied by zero."""
+    w1 = nh.from_array((rng.standard_normal((d, d)) * 0.1).astype(np.float32), "w1")
+    b1 = nh.from_array(rng.standard_normal(d).astype(np.float32), "b1")
+    sc = nh.from_array((rng.random(d) + 0.5).astype(np.float32), "sc")
+    bi = nh.from_array(rng.standard_normal(d).astype(np.float32), "bi")
+    big = nh.from_array(np.array(-3.4e38, np.float32), "big")
+    zero = nh.from_array(np.array(0.0, np.float32), "zero")
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["y"]), h.make_node("Add", ["y", "b1"], ["z"]),
+             h.make_node("LayerNormalization", ["z", "sc", "bi"], ["n"], axis=-1),
+             h.make_node("Mul", ["big", "zero"], ["nothing"]), h.make_node("Add", ["n", "nothing"], ["n2"]),
+             h.make_node("Softmax", ["n2"], ["p"], axis=-1), h.make_node("Relu", ["z"], ["r"]),
+             h.make_node("Add", ["p", "r"], ["out"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 16, d])],
+                     [h.make_tensor_value_info("out", T.FLOAT, None)], [w1, b1, sc, bi, big, zero])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16", "bfloat16"])
+def test_precision_against_onnxruntime(rng, precision) -> None:
+    model = block(rng)
+    x = rng.standard_normal((2, 16, 64)).astype(np.float32)
+    (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    compiled = ember.compile(model, target="llvm", precision=precision)
+    assert [s.dtype for s in compiled.inputs] == ["float32"] and [s.dtype for s in compiled.outputs] == ["float32"]
+    (got,) = compiled(x=x)
+    assert got.dtype == np.float32 and np.all(np.isfinite(got))
+    assert np.abs(got - want).max() <= TOL[precision] * np.abs(want).max()
+
+
+def test_lowered_graph_keeps_statistics_in_float32(rng) -> None:
+    low = lower_precision(onnx.load_from_string(block(rng)), "float16")
+    ops = {n.output[0]: n for n in low.graph.node}
+    ln = next(n for n in low.graph.node if n.op_type == "LayerNormalization")
+    feeding = [ops[i] for i in ln.input if i in ops]
+    assert all(f.op_type == "Cast" and f.attribute[0].i == T.FLOAT for f in feeding)
+    assert {i.data_type for i in low.graph.initializer} == {T.FLOAT16}
+    assert low.graph.input[0].type.tensor_type.elem_type == T.FLOAT
+    big = next(i for i in low.graph.initializer if i.name == "big")
+    assert nh.to_array(big) == np.float16(-65504)  # clipped, not -inf
+    onnx.shape_inference.infer_shapes(low, check_type=True, strict_mode=True)
+
+
+def test_unknown_precision_lists_the_valid_ones(rng) -> None:
+    with pytest.raises(FrontendError, match="float32, float16, bfloat16"):
+        ember.compile(block(rng), precision="fp8")
+
+
+def test_precision_needs_an_onnx_model(rng) -> None:
+    from ember.frontend.onnx import import_onnx
+
+    with pytest.raises(FrontendError, match="pass the ONNX model"):
+        ember.compile(import_onnx(block(rng)), precision="float16")
