@@ -94,3 +94,19 @@ def set_threads(n: int) -> None:
     """Ask OpenBLAS, OpenMP and MKL for ``n`` threads (call before importing numpy)."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(n)
+
+
+def median_ms(fn: Callable[[], Any], sync: Callable[[], Any], warmup: int = 10, iters: int = 50) -> float:
+    """Median milliseconds of ``fn`` followed by ``sync`` (a device synchronisation), after
+    ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -28,20 +27,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "models"))
 
+from common import median_ms  # noqa: E402
+
 import ember  # noqa: E402
 
 
 def _median_ms(fn: Any, sync: Any, warmup: int = 10, iters: int = 40) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return median_ms(fn, sync, warmup, iters)
 
 
 def _export(model: Any, inputs: tuple, path: Path, names: list[str], outs: list[str]) -> Path:
