@@ -145,3 +145,18 @@ def test_pipeline_needs_staged_shared_buffers():
     s[B].pipeline(k, 2)
     with pytest.raises(ember.errors.LoweringError, match="no shared buffer is staged"):
         ember.lower(s, [A, B], target=SM90)
+
+
+def test_model_without_tensor_cores_falls_back_and_says_so_once():
+    import warnings
+
+    from ember.strategy.gpu import GPUStrategy
+
+    st = GPUStrategy("cuda -arch=sm_75")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert st.matrix_intrinsic("float16") is None
+        assert st.matrix_intrinsic("float16") is None
+        assert GPUStrategy("cuda -arch=sm_90").matrix_intrinsic("float16").name == "mma.m16n8k16.f16"
+    said = [w for w in seen if "CUDA-core code" in str(w.message)]
+    assert len(said) == 1 and "sm_80" in str(said[0].message)

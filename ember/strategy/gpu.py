@@ -31,6 +31,7 @@ the tiles are guarded by the lowering.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,6 +49,8 @@ from .space import ConfigEntity, ConfigSpace, InvalidConfig
 from .tensorcore import reads_as_matrix, schedule_tensorcore, tile_for_domain
 
 THREADS = 256
+#: Targets already told that their float16 products cannot use a matrix unit (said once each).
+_WARNED_NO_MATRIX_UNIT: set[str] = set()
 # Packed GEMM tilings, largest first: (block tile BM x BN, thread tile TM x TN), always 16 x 16
 # threads. The largest that still gives MIN_BLOCKS blocks is the default (else the one with the
 # most): a late ResNet layer (512 x 49 outputs) makes 8 blocks of 64 x 64 but 128 of 16 x 16, and
@@ -119,10 +122,19 @@ class GPUStrategy(Strategy):
         16x16x16 on gfx90a/gfx942, WMMA on RDNA3; None otherwise (CUDA-core schedules)."""
         names = {"float16": ("mma.m16n8k16.f16", "mfma.f32.16x16x16.f16", "wmma.f32.16x16x16.f16"),
                  "bfloat16": ("mma.m16n8k16.bf16", "mfma.f32.16x16x16.bf16", "wmma.f32.16x16x16.bf16")}
+        reasons = []
         for name in names.get(str(dtype), ()):
             intrin = INTRINSICS.get(name)
-            if intrin is not None and intrin.unavailable(self.target) is None:
-                return intrin
+            if intrin is not None:
+                why = intrin.unavailable(self.target)
+                if why is None:
+                    return intrin
+                if intrin.kind == self.target.kind:
+                    reasons.append(why)
+        if reasons and str(self.target) not in _WARNED_NO_MATRIX_UNIT:
+            _WARNED_NO_MATRIX_UNIT.add(str(self.target))
+            warnings.warn(f"ember: {dtype} products on {self.target} run on CUDA-core code ({'; '.join(reasons)})",
+                          RuntimeWarning, stacklevel=2)
         return None
 
 
