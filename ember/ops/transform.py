@@ -95,9 +95,11 @@ def flatten(ctx: OpContext, x: Tensor) -> Tensor:
     return reshape_to(x, (int(np.prod(s[:a])), int(np.prod(s[a:]))), "flatten")
 
 
-def _axes(ctx: OpContext, i: int) -> list[int] | None:
+def _axes(ctx: OpContext, i: int, scalar: bool = False) -> list[int] | None:
+    """Squeeze's or Unsqueeze's axes (input ``i`` since opset 13; ``scalar``: a 0-d one too, as
+    ONNX Runtime's Unsqueeze takes and its Squeeze does not)."""
     if ctx.opset >= 13 and i is not None:
-        return vector(ctx, i, "axes", scalar=True) if ctx.has(i) else None
+        return vector(ctx, i, "axes", scalar=scalar) if ctx.has(i) else None
     a = ctx.attr("axes")
     return None if a is None else ints(a)
 
@@ -120,7 +122,7 @@ def squeeze(ctx: OpContext, x: Tensor, axes: Tensor | None = None) -> Tensor:
 def unsqueeze(ctx: OpContext, x: Tensor, axes: Tensor | None = None) -> Tensor:
     """ONNX Unsqueeze."""
     s = list(shape(x))
-    ax = _axes(ctx, 1) or []
+    ax = _axes(ctx, 1, scalar=True) or []
     n = len(s) + len(ax)
     ax = sorted(norm_axis(a, n) for a in ax)
     if len(set(ax)) != len(ax):

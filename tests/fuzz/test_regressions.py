@@ -407,11 +407,15 @@ def test_fuzz_softmax_with_a_fused_tile(shape, reps, chain):
     _same_as_ort(m, {"x": np.random.default_rng(0).uniform(-2, 2, shape).astype(np.float32)})
 
 
-def test_fuzz_squeeze_axes_must_be_a_vector():
-    """accepted_invalid: Squeeze whose axes initializer was given dims [1, 1]."""
-    m = _one("Squeeze", [1, 3], [_init("a", np.array([[0]], np.int64))])
+@pytest.mark.parametrize("axes", [np.array([[0]], np.int64), np.array(0, np.int64)])
+def test_fuzz_squeeze_axes_must_be_a_vector(axes):
+    """accepted_invalid: Squeeze whose axes initializer was given dims [1, 1], or [] (a scalar,
+    which ONNX Runtime's Unsqueeze takes, and the node test loop13_seq uses, but not its Squeeze)."""
+    m = _one("Squeeze", [1, 3], [_init("a", axes)])
     with pytest.raises(OpError, match=r"input 1 \(axes\) must be a 1-D tensor"):
         _compile(m)
+    (y,) = _compile(_one("Unsqueeze", [3], [_init("a", np.array(0, np.int64))]))(np.ones(3, np.float32))
+    assert y.shape == (1, 3)
 
 
 def test_fuzz_opset_6_rules_for_broadcasting():
