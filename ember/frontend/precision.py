@@ -59,7 +59,7 @@ def lower_precision(model: Any, precision: str) -> Any:
                                 "subgraph; models with control flow compile in float32 only for now")
     try:
         typed = onnx.shape_inference.infer_shapes(m)
-    except Exception as err:  # noqa: BLE001 - onnx raises several types; the model is the user's
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as err:
         raise FrontendError(f"precision={precision!r}: ONNX shape inference failed on the model: {err}") from err
     types = {v.name: v.type.tensor_type.elem_type for v in
              list(typed.graph.value_info) + list(typed.graph.input) + list(typed.graph.output)}
