@@ -84,8 +84,10 @@ def optimize(graph: Graph, progress: Any = None) -> Graph:
     return default_graph_pipeline(progress)(graph)
 
 
-def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False) -> Program:
-    """Optimize, fuse, lower and build ``graph`` into one program (all kernels in one module).
+def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False,
+                  tf32: bool = False) -> Program:
+    """Optimize, fuse, lower and build ``graph`` into one program (all kernels in one module);
+    ``tf32`` runs float32 products on TF32 tensor cores where the target has them.
 
     Raises :class:`~ember.ops.registry.NeedValue` when a shape depends on an input's value."""
     tgt = backend_for(target).resolve(Target(target))
@@ -95,7 +97,7 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
     if policy is not None:  # the target's layouts, then folding of the transformed constants
         g = optimize(AlterLayout(policy)(g), progress)
     groups = Fuse(enabled=fuse_ops)(g).groups
-    funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu, target=tgt)
+    funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu, target=tgt, tf32=tf32)
     funcs, steps = share_identical_kernels(funcs, steps)
     module = None
     if funcs:
@@ -118,13 +120,14 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
     return Program(plan, module, live_consts)
 
 
-def compile_model(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False) -> Model:
+def compile_model(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False,
+                  tf32: bool = False) -> Model:
     """Compile a graph into a :class:`Model`: static, or specialised per value of the inputs
-    its shapes depend on."""
+    its shapes depend on (``tf32`` as for :func:`compile_graph`)."""
     from .specialize import ValueSpecializer
 
     try:
-        return Model(compile_graph(graph, target, fuse_ops, verbose))
+        return Model(compile_graph(graph, target, fuse_ops, verbose, tf32))
     except NeedValue as exc:
         needed = _value_inputs(graph, exc.name)
         if needed is None:
@@ -132,7 +135,7 @@ def compile_model(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
                 f"the model computes a shape from run-time data ({exc}); ember needs static shapes"
             ) from exc
         return Model(specializer=ValueSpecializer(
-            graph, needed, str(Target(target)), lambda g: compile_model(g, target, fuse_ops, verbose)))
+            graph, needed, str(Target(target)), lambda g: compile_model(g, target, fuse_ops, verbose, tf32)))
 
 
 def _value_inputs(graph: Graph, first: str) -> list[str] | None:
@@ -189,7 +192,9 @@ def compile(
     ``precision`` (``"float32"``, the default: exact; ``"float16"``, ``"bfloat16"``) runs a
     float32 ONNX model's computation in the lower type, inputs and outputs keeping their declared
     types, normalizations and softmax in float32 (:mod:`ember.frontend.precision`); on a GPU with
-    tensor cores its products run there. Any target accepts it.
+    tensor cores its products run there. ``"tf32"`` keeps float32 everywhere but runs matrix
+    products and convolutions on TF32 tensor cores (NVIDIA sm_80+; exact float32 elsewhere). Any
+    target accepts every value.
 
     ``cuda_graphs`` (CUDA only, a run-time option: no effect on the compiled code or the cache):
     after a thread's first call the model's kernel launches are replayed as one CUDA graph
@@ -203,31 +208,33 @@ def compile(
 
     check_precision(precision)
     if isinstance(model, Graph):
-        if precision != "float32":
+        if precision not in ("float32", "tf32"):
             raise FrontendError(f"precision={precision!r} rewrites an ONNX model; pass the ONNX model, not a Graph")
-        return _with_graphs(compile_model(model, target, fuse, verbose), cuda_graphs)
+        return _with_graphs(compile_model(model, target, fuse, verbose, precision == "tf32"), cuda_graphs)
     from .frontend.control_flow import NeedsCallInputs
     from .frontend.onnx import import_onnx
     from .specialize import StructureSpecializer
 
     Target(target)  # an unknown target fails before any work
-    if precision != "float32":
+    tf32 = precision == "tf32"
+    if precision not in ("float32", "tf32"):
         model = _lowered(model, precision)
-    key = model_cache.model_cache_key(model, target, input_shapes, fuse) if use_cache else None
+    key = model_cache.model_cache_key(model, target, input_shapes, fuse, precision) if use_cache else None
     root = compile_cache.cache_dir() if key else None
     if root is not None and key is not None:
         cached = model_cache.load_cached_model(root, key)
         if cached is not None:
-            cached.source = _source_of(model, target, input_shapes, fuse)  # cache entries hold no source
+            cached.source = _source_of(model, target, input_shapes, fuse, precision)  # entries hold no source
             return _with_graphs(cached, cuda_graphs)
     try:
         graph = import_onnx(model, input_shapes)
     except NeedsCallInputs:  # sequence/optional inputs or outputs, value-dependent trip counts
         return _with_graphs(Model(specializer=StructureSpecializer(
-            model, str(Target(target)), input_shapes, lambda g: compile_model(g, target, fuse, verbose))), cuda_graphs)
+            model, str(Target(target)), input_shapes, lambda g: compile_model(g, target, fuse, verbose, tf32))),
+            cuda_graphs)
     t0 = time.perf_counter()
-    compiled = compile_model(graph, target, fuse, verbose)
-    compiled.source = _source_of(model, target, input_shapes, fuse)
+    compiled = compile_model(graph, target, fuse, verbose, tf32)
+    compiled.source = _source_of(model, target, input_shapes, fuse, precision)
     slow = time.perf_counter() - t0 > model_cache.MODEL_CACHE_MIN_SECONDS
     if root is not None and key is not None and slow and compiled.is_static:
         model_cache.store_cached_model(root, key, compiled)
@@ -273,11 +280,12 @@ def load(path: str | os.PathLike[str], rebuild: bool = False, cuda_graphs: bool 
     onnx_bytes, opts = read_source(path)
     shapes = opts.get("input_shapes")
     return compile(onnx_bytes, target=str(opts.get("target", "llvm")), input_shapes=shapes,
-                   fuse=bool(opts.get("fuse", True)), use_cache=False, cuda_graphs=cuda_graphs)
+                   fuse=bool(opts.get("fuse", True)), use_cache=False, cuda_graphs=cuda_graphs,
+                   precision=str(opts.get("precision", "float32")))
 
 
 def _source_of(model: Any, target: str, input_shapes: Mapping[str, Sequence[int]] | None,
-               fuse: bool) -> dict[str, Any] | None:
+               fuse: bool, precision: str = "float32") -> dict[str, Any] | None:
     """What a model was compiled from, kept for saving (``rebuild``): the ONNX bytes when the
     weights are inside them, and the options."""
     data: bytes | None = None
@@ -294,4 +302,7 @@ def _source_of(model: Any, target: str, input_shapes: Mapping[str, Sequence[int]
     if data is None or b"external_data" in data:
         return None  # weights in external files: not embedded
     shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
-    return {"onnx": data, "options": {"target": str(target), "input_shapes": shapes or None, "fuse": bool(fuse)}}
+    options = {"target": str(target), "input_shapes": shapes or None, "fuse": bool(fuse)}
+    if precision == "tf32":  # float16/bfloat16 sources are stored already rewritten
+        options["precision"] = precision
+    return {"onnx": data, "options": options}

@@ -18,8 +18,9 @@ import numpy as np
 
 from ..errors import FrontendError
 
-#: The values ``precision=`` accepts.
-PRECISIONS = ("float32", "float16", "bfloat16")
+#: The values ``precision=`` accepts (``"tf32"`` changes no type: the strategy picks TF32 tensor
+#: cores for float32 products).
+PRECISIONS = ("float32", "float16", "bfloat16", "tf32")
 
 #: Operators computed in float32 whatever the precision (statistics, exponentials of sums).
 KEEP_FLOAT32 = frozenset({
@@ -39,14 +40,14 @@ def check_precision(precision: str) -> str:
 
 def lower_precision(model: Any, precision: str) -> Any:
     """A copy of ONNX ``model`` (a ``ModelProto``) whose float32 computation runs in
-    ``precision`` (see the module doc); ``model`` itself for ``"float32"``. Raises
+    ``precision`` (see the module doc); ``model`` itself for ``"float32"`` and ``"tf32"``. Raises
     :class:`FrontendError` for a model with control flow (``If``, ``Loop``, ``Scan``), which is not
     rewritten yet."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     check_precision(precision)
-    if precision == "float32":
+    if precision in ("float32", "tf32"):
         return model
     low = TensorProto.FLOAT16 if precision == "float16" else TensorProto.BFLOAT16
     limit = 65504.0 if precision == "float16" else 3.38e38

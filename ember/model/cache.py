@@ -41,7 +41,7 @@ _SOURCE_DIGEST: str | None = None
 MODEL_CACHE_MIN_SECONDS = 1.0
 
 
-def model_cache_key(model: Any, target: str, input_shapes: Any, fuse: bool) -> str | None:
+def model_cache_key(model: Any, target: str, input_shapes: Any, fuse: bool, precision: str = "float32") -> str | None:
     """The cache key of a compiled model, or None when the model cannot be keyed (a ModelProto or
     bytes whose weights live in external files, an unreadable path)."""
     import hashlib
@@ -85,7 +85,7 @@ def model_cache_key(model: Any, target: str, input_shapes: Any, fuse: bool) -> s
         except OSError:
             return None
     shapes = json.dumps({k: list(v) for k, v in (input_shapes or {}).items()}, sort_keys=True)
-    return cache.cache_key("model", *parts, str(Target(target)), shapes, str(bool(fuse)), source_digest())
+    return cache.cache_key("model", *parts, str(Target(target)), shapes, str(bool(fuse)), precision, source_digest())
 
 
 def load_cached_model(root: Any, key: str) -> Model | None:

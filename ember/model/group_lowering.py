@@ -43,6 +43,7 @@ def lower_groups(
     progress: Callable[[str], None] | None = None,
     gpu: bool = False,
     target: Target | str | None = None,
+    tf32: bool = False,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Build and lower one function per non-view group for ``target``; returns (functions, steps).
 
@@ -50,10 +51,11 @@ def lower_groups(
     rewrites each kernel's program and schedules it; every intermediate stage it keeps in memory
     becomes a workspace from the memory plan. On a GPU (every intermediate reduction is such a
     stage) a scalar (0-d) output is computed as a one-element vector (the same bytes). Without
-    ``target``, ``gpu`` picks the GPU strategy (of ``cuda``) or the host CPU's."""
+    ``target``, ``gpu`` picks the GPU strategy (of ``cuda``) or the host CPU's. ``tf32`` lets
+    the GPU strategy run float32 products on TF32 tensor cores."""
     from ..lowering import lower
 
-    strategy = _strategy(target, gpu)
+    strategy = _strategy(target, gpu, tf32)
     funcs, steps = [], []
     for k, gr in enumerate(groups):
         if _group_is_view(gr, graph):
@@ -107,12 +109,12 @@ def lower_groups(
     return funcs, steps
 
 
-def _strategy(target: Target | str | None, gpu: bool) -> Strategy:
-    """The strategy of ``target``; without one, the GPU strategy (``cuda``) when ``gpu``, else
-    the host CPU's."""
+def _strategy(target: Target | str | None, gpu: bool, tf32: bool = False) -> Strategy:
+    """The strategy of ``target`` (float32 products on TF32 tensor cores with ``tf32``); without
+    one, the GPU strategy (``cuda``) when ``gpu``, else the host CPU's."""
     if target is not None:
-        return strategy_for(target)
-    return strategy_for("cuda") if gpu else host_strategy()
+        return strategy_for(target, tf32=tf32)
+    return strategy_for("cuda", tf32=tf32) if gpu else host_strategy()
 
 
 def _fold_constant_stages(

@@ -44,9 +44,10 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul", strategy: Layout |
         raise ValueError(f"matmul of {sa} and {sb}: inner dimensions {K} and {K2} differ")
     batch = broadcast_shapes(ea[:-2], eb[:-2])
     out = batch + ((M,) if not a1 else ()) + ((N,) if not b1 else ())
-    if len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N >= 256:
-        return _matmul_packed(a, b, batch, M, K, N, strategy or host_layout())
     intrin = (strategy or host_layout()).matrix_intrinsic(dtype_of(a)) if dtype_of(a) == dtype_of(b) else None
+    if intrin is None and len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) == "float32" and K >= 16 \
+            and N >= 16 and M * N >= 256:
+        return _matmul_packed(a, b, batch, M, K, N, strategy or host_layout())
     if intrin is not None and not a1 and not b1 and K >= 16 and N >= 16 and M * N >= 256:
         lead = ea[:-2]
 
@@ -365,11 +366,11 @@ def conv_tensor(
     if Cg * groups != C:
         raise ValueError(f"conv: input has {C} channels but weights expect {Cg} x {groups} groups")
     out_sp = tuple((sx[2 + d] + lo[d] + hi[d] - ((ksp[d] - 1) * dil[d] + 1)) // strides[d] + 1 for d in range(nsp))
-    if nsp == 2 and groups == 1 and dtype_of(x) == "float32" and dtype_of(w) == "float32":
-        return _conv2d_packed(x, w, bias, strides, dil, lo, out_sp, strategy or host_layout())
     intrin = (strategy or host_layout()).matrix_intrinsic(dtype_of(x)) if dtype_of(x) == dtype_of(w) else None
     if intrin is not None and nsp == 2 and groups == 1 and M >= 16 and Cg * int(np.prod(ksp)) >= 16:
         return _conv2d_tensorcore(x, w, bias, strides, dil, lo, out_sp, intrin)
+    if nsp == 2 and groups == 1 and dtype_of(x) == "float32" and dtype_of(w) == "float32":
+        return _conv2d_packed(x, w, bias, strides, dil, lo, out_sp, strategy or host_layout())
     if is_depthwise(x, w, groups):
         return depthwise_conv2d(x, w, bias, strides, dil, lo, hi)
     xp = pad_tensor(x, [0, 0] + lo, [0, 0] + hi) if any(lo) or any(hi) else x

@@ -111,14 +111,15 @@ class Strategy(ABC):
         return f"{type(self).__name__}({self.target})"
 
 
-def strategy_for(target: Target | str) -> Strategy:
+def strategy_for(target: Target | str, tf32: bool = False) -> Strategy:
     """The strategy of ``target``: GPU strategy for ``cuda`` and ``rocm``, CPU strategy for
-    ``llvm`` (which reads that target's vector width, whatever the host is)."""
+    ``llvm`` (which reads that target's vector width, whatever the host is). ``tf32`` lets a GPU
+    run float32 products on TF32 tensor cores (``precision="tf32"``); the CPU ignores it."""
     tgt = Target(target)
     if tgt.is_gpu:
         from .gpu import GPUStrategy
 
-        return GPUStrategy(tgt)
+        return GPUStrategy(tgt, tf32=tf32)
     from .cpu import CPUStrategy
 
     return CPUStrategy(tgt)

@@ -74,10 +74,12 @@ PANEL_BYTES = 128
 class GPUStrategy(Strategy):
     """Schedules for a ``cuda`` or ``rocm`` target (see the module docstring)."""
 
-    def __init__(self, target: Target | str = "cuda"):
+    def __init__(self, target: Target | str = "cuda", tf32: bool = False):
         super().__init__(target)
         if not self.target.is_gpu:
             raise ValueError(f"GPUStrategy needs a GPU target, not {self.target}")
+        #: float32 products on TF32 tensor cores (``precision="tf32"``)
+        self.tf32 = bool(tf32)
 
     def gemm_panel_width(self, dtype: str = "float32") -> int:
         """Elements of ``dtype`` in 128 bytes (32 float32): a panel row is one memory
@@ -119,9 +121,12 @@ class GPUStrategy(Strategy):
     def matrix_intrinsic(self, dtype: str) -> MatrixIntrinsic | None:
         """The target's matrix instruction for float16 and bfloat16 products: ``mma.sync``
         m16n8k16 on NVIDIA sm_80 and newer (sm_90 included: ``wgmma`` is not emitted yet), MFMA
-        16x16x16 on gfx90a/gfx942, WMMA on RDNA3; None otherwise (CUDA-core schedules)."""
+        16x16x16 on gfx90a/gfx942, WMMA on RDNA3; float32 on ``mma.m16n8k8.tf32`` when the strategy
+        was made with ``tf32``; None otherwise (CUDA-core schedules)."""
         names = {"float16": ("mma.m16n8k16.f16", "mfma.f32.16x16x16.f16", "wmma.f32.16x16x16.f16"),
                  "bfloat16": ("mma.m16n8k16.bf16", "mfma.f32.16x16x16.bf16", "wmma.f32.16x16x16.bf16")}
+        if self.tf32:
+            names["float32"] = ("mma.m16n8k8.tf32",)
         reasons = []
         for name in names.get(str(dtype), ()):
             intrin = INTRINSICS.get(name)

@@ -3,7 +3,8 @@
 
 Tolerances, relative to the largest output: float16 5e-3 and bfloat16 3e-2 — each weight and
 activation is rounded to the type (2^-11 and 2^-8 relative) before 64-term products, and the
-layer norm re-scales the rounded values; float32 stays within 1e-5."""
+layer norm re-scales the rounded values; float32 (and tf32, which the CPU runs as float32) stays
+within 1e-5."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from onnx import numpy_helper as nh  # noqa: E402
 
 from ember.frontend.precision import lower_precision  # noqa: E402
 
-TOL = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 3e-2}
+# tf32 on the CPU is exact float32 (no TF32 unit): the float32 tolerance.
+TOL = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 3e-2, "tf32": 1e-5}
 
 
 def block(rng: np.random.Generator, d: int = 64) -> bytes:
@@ -45,7 +47,7 @@ def block(rng: np.random.Generator, d: int = 64) -> bytes:
     return m.SerializeToString()
 
 
-@pytest.mark.parametrize("precision", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("precision", ["float32", "float16", "bfloat16", "tf32"])
 def test_precision_against_onnxruntime(rng, precision) -> None:
     model = block(rng)
     x = rng.standard_normal((2, 16, 64)).astype(np.float32)
@@ -80,3 +82,13 @@ def test_precision_needs_an_onnx_model(rng) -> None:
 
     with pytest.raises(FrontendError, match="pass the ONNX model"):
         ember.compile(import_onnx(block(rng)), precision="float16")
+
+
+def test_tf32_changes_no_type_and_uses_tf32_tensor_cores(rng) -> None:
+    model = block(rng)
+    assert lower_precision(onnx.load_from_string(model), "tf32").SerializeToString() == model
+    compiled = ember.compile(model, target="cuda -arch=sm_90", precision="tf32")
+    asm = compiled.get_source("asm")
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in asm
+    plain = ember.compile(model, target="cuda -arch=sm_90")
+    assert "mma.sync" not in plain.get_source("asm")
