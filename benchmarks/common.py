@@ -110,3 +110,15 @@ def median_ms(fn: Callable[[], Any], sync: Callable[[], Any], warmup: int = 10, 
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3
 
+
+def write_outputs(out_dir: str | os.PathLike[str], name: str, results: dict[str, Any], lines: list[str]) -> str:
+    """Write ``results`` to ``<out_dir>/<name>.json`` and the markdown table ``lines`` to
+    ``<name>.md``; returns the table."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as fh:
+        json.dump(results, fh, indent=2)
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as fh:
+        fh.write(text)
+    return text
+

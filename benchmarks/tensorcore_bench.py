@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
+
+from common import write_outputs
 
 import ember
 from ember.strategy.tensorcore import TCTile, tensorcore_matmul
@@ -100,13 +101,7 @@ def main() -> int:
                          f"| {r['ratio']:.3f} | {best[1]} |")
         results["results"][name] = r
         print(name, json.dumps(r, indent=1), flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "tensorcore_bench.json"), "w") as fh:
-        json.dump(results, fh, indent=2)
-    table = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, "tensorcore_bench.md"), "w") as fh:
-        fh.write(table)
-    print(table)
+    print(write_outputs(args.out, "tensorcore_bench", results, lines))
     return 0
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "models"))
 
-from common import median_ms  # noqa: E402
+from common import median_ms, write_outputs  # noqa: E402
 
 import ember  # noqa: E402
 
@@ -167,13 +167,7 @@ def main() -> int:
         lines.append(f"| {name} | {t_ember:.3f} | {t_eager:.3f} | {comp_s} | {t_ember / t_eager:.2f} | {ratio_c} | "
                      f"{diff:.1e} | {r['kernels']} | {r['compile_s_cold_cache']} |")
         print(name, json.dumps(r, indent=1), flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "tensorcore_models.json"), "w") as fh:
-        json.dump(results, fh, indent=2)
-    table = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, "tensorcore_models.md"), "w") as fh:
-        fh.write(table)
-    print(table)
+    print(write_outputs(args.out, "tensorcore_models", results, lines))
     return 0
 
 

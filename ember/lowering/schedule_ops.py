@@ -61,6 +61,9 @@ class _Lowering:
     def __init__(self, schedule: Schedule, target: Any = None):
         self.schedule = schedule
         self.target = target
+        #: tensorization state (lowering/tensorize.py): warp tensors' layouts, loop ranges
+        self.warp_infos: dict[Stage, Any] = {}
+        self.loop_ranges: dict[E.Var, tuple[int | None, int | None]] | None = None
         self._bodies: dict[Stage, tuple[E.PrimExpr, ...]] = {}
         self.infos: dict[Stage, StageInfo] = {}
         self.thread_ranges: dict[E.Var, tuple[str, E.PrimExpr]] = {}

@@ -220,7 +220,7 @@ def _mma_stage_of(low: _Lowering, st: Stage) -> Stage:
 
 def warp_info(low: _Lowering, st: Stage) -> WarpInfo:
     """The layout of warp-scope stage ``st`` (from the tensorized reduction it feeds or is)."""
-    cache: dict[Stage, WarpInfo] = low.__dict__.setdefault("_warp_infos", {})
+    cache = low.warp_infos
     if st in cache:
         return cache[st]
     mst = _mma_stage_of(low, st)
@@ -358,9 +358,8 @@ def tensorize_stage(low: _Lowering, st: Stage) -> tuple[S.Stmt, S.Stmt | None, l
 
 def loop_ranges(low: _Lowering) -> dict[E.Var, tuple[int | None, int | None]]:
     """Constant ranges of every loop variable of the schedule (to prove guards away)."""
-    cache = low.__dict__.get("_loop_ranges")
-    if cache is not None:
-        return cache
+    if low.loop_ranges is not None:
+        return low.loop_ranges
     from ..te.schedule import leaf_extents
 
     out: dict[E.Var, tuple[int | None, int | None]] = {}
@@ -369,7 +368,7 @@ def loop_ranges(low: _Lowering) -> dict[E.Var, tuple[int | None, int | None]]:
             ext = _const(rng.extent)
             if ext is not None and iv in st.leaf_iter_vars:
                 out[iv.var] = (0, ext - 1)
-    low.__dict__["_loop_ranges"] = out
+    low.loop_ranges = out
     return out
 
 
@@ -528,15 +527,9 @@ def _ldmatrix(low: _Lowering, loops: StageLoops, intrin: MatrixIntrinsic, info: 
     exts = [_const(sinfo.root_ranges[iv].extent) for iv in sop.axis]
     if any(x is None for x in exts):
         return None
-    from .flatten import _aligned_strides
+    from .flatten import _aligned_strides  # the strides flattening will give the buffer
 
-    strides = [_const(x) for x in _aligned_strides(tuple(E.const(x) for x in exts), sst.aligns)] if sst.aligns else None
-    if strides is None:
-        strides, acc = [], 1
-        for x in reversed(exts):
-            strides.append(acc)
-            acc *= x  # type: ignore[operator]
-        strides.reverse()
+    strides = [_const(x) for x in _aligned_strides(tuple(E.const(x) for x in exts), sst.aligns)]
     if any(s is None or (s * 2) % 16 for s in strides[:-1]):  # type: ignore[operator]
         return None
     src0 = [simplify(substitute(ix, {lrow.var: E.const(0), lcol.var: E.const(0)}) - sinfo.root_ranges[iv].min)

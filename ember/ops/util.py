@@ -143,7 +143,7 @@ def _read_memory_limit() -> int:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        pass
+        pass  # no /proc/meminfo (not Linux): fall back to the physical memory below
     try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
