@@ -50,6 +50,17 @@ class ExecutionContext:
 
     def __init__(self, program: Program, device: Device, graph_state: GraphState | None = None):
         self.program = program
+        # What profile times are recorded under, per step: the kernel's name, and "name#2",
+        # "name#3"... for the later steps that call a kernel shared with an earlier one.
+        seen: dict[str, int] = {}
+        self._labels: list[str] = []
+        for st in program.plan["steps"]:
+            if st["kind"] == "kernel":
+                seen[st["func"]] = seen.get(st["func"], 0) + 1
+                n = seen[st["func"]]
+                self._labels.append(st["func"] if n == 1 else f"{st['func']}#{n}")
+            else:
+                self._labels.append("")
         self.device = device
         self.mem = program.memory(device)
         plan = program.plan
@@ -141,7 +152,7 @@ class ExecutionContext:
         env.update(self._views)
         values = program.plan["values"]
         ptrs_of = self._ptrs
-        for st in program.plan["steps"]:
+        for st, label in zip(program.plan["steps"], self._labels):
             if st["kind"] == "view":
                 env[st["dst"]] = mem.reshape(env[st["src"]], tuple(values[st["dst"]]["shape"]))
                 continue
@@ -166,7 +177,7 @@ class ExecutionContext:
             if times is not None:
                 mem.sync()
                 dt = time.perf_counter() - t0
-                times[st["func"]] = min(times.get(st["func"], dt), dt)
+                times[label] = min(times.get(label, dt), dt)
             if rc != 0:
                 raise EmberError(f"kernel {st['func']} failed at run time (code {rc})")
         if fixed is not None:

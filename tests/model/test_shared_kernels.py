@@ -41,6 +41,9 @@ def test_repeated_layers_share_one_kernel(rng, tmp_path) -> None:
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     (got,) = compiled(x=x)
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+    # Each step keeps its own profile entry: the shared kernel's later calls are "name#2", "name#3".
+    names = [name for name, _ in compiled.profile(x=x)]
+    assert len(names) == 4 and names[2] == f"{steps[1]}#2" and names[3] == f"{steps[1]}#3"
     compiled.save(tmp_path / "m.ember")
     (again,) = ember.load(tmp_path / "m.ember")(x=x)
     np.testing.assert_array_equal(again, got)
