@@ -225,8 +225,26 @@ class CodeGenLLVM:
         self.emit(body)
         nxt = self.builder.add(phi, ir.Constant(ty, 1), flags=["nsw"])
         phi.add_incoming(nxt, self.builder.block)
-        self.builder.branch(head)
+        latch = self.builder.branch(head)
+        if _divides_loop_var(var, body):
+            latch.set_metadata("llvm.loop", self._no_vectorize_loop_id())
         self.builder.position_at_end(exit_bb)
+
+    def _no_vectorize_loop_id(self) -> ir.MDValue:
+        """A fresh loop ID (``!{self, name, vectorize.enable=false}``) that keeps LLVM's loop
+        vectorizer off one loop.
+
+        LLVM 22.1's loop vectorizer miscompiles loops whose body indexes memory through a masked
+        induction variable (``floormod(i, 4)`` becomes ``and i, 3``, then an ``or disjoint``
+        with an outer index): it takes the address as uniform and loads lane 0's element for
+        every lane (found by the fuzzer as Softmax -> Tile; see tests/test_llvm_workarounds.py).
+        ember's own VectorizeLoops pass still vectorizes such loops where it can."""
+        module = self.module
+        enable = ir.MetaDataString(module, "llvm.loop.vectorize.enable")
+        off = module.add_metadata([enable, ir.Constant(ir.IntType(1), 0)])
+        loop_id = module.add_metadata([ir.MetaDataString(module, self.fresh("ember.loop")), off])
+        loop_id.operands = (loop_id, *loop_id.operands)  # a loop ID refers to itself
+        return loop_id
 
     def _int_cast(self, v: ir.Value, ty: ir.Type) -> ir.Value:
         if v.type == ty:
@@ -809,3 +827,20 @@ def _round_bf16(value: float) -> float:
         return value
     rounded = (int(bits) + 0x7FFF + ((int(bits) >> 16) & 1)) & 0xFFFF0000
     return float(np.array([rounded], dtype=np.uint32).view(np.float32)[0])
+
+
+def _divides_loop_var(var: E.Var, body: S.Stmt) -> bool:
+    """True when ``body`` divides (or takes the remainder of) an integer expression of loop
+    variable ``var`` (``floordiv``, ``floormod``, ``truncdiv``, ``truncmod``): the loops LLVM's
+    loop vectorizer must not touch (see :meth:`CodeGenLLVM._no_vectorize_loop_id`)."""
+    found = False
+
+    def visit(node: object) -> None:
+        nonlocal found
+        if found or not isinstance(node, (E.FloorMod, E.FloorDiv, E.Mod, E.Div)) or node.dtype.is_float:
+            return
+        if any(v is var for v in free_vars(node.a)):
+            found = True
+
+    post_order_visit(body, visit)
+    return found

@@ -198,15 +198,28 @@ def _fold_bn(g: Graph, bn: Node, prod: dict[str, Node], cons: dict[str, list[Nod
     eps = float(bn.attrs.get("epsilon", 1e-5))
     w = g.consts[conv.inputs[1]]
     factor = scale / np.sqrt(var + eps)
-    new_w = (w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    wide_w = w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))
     old_b = g.consts[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2] else 0.0
-    new_b = ((old_b - mean) * factor + b).astype(w.dtype)
+    wide_b = (old_b - mean) * factor + b
+    if not _fits(wide_w, w.dtype) or not _fits(wide_b, w.dtype):
+        # The folded weights or bias leave the range of the weights' type (a weight near the float32
+        # limit times a factor > 1): keep Conv and BatchNormalization apart, which stay finite.
+        return False
+    new_w, new_b = wide_w.astype(w.dtype), wide_b.astype(w.dtype)
     wn, bname = conv.outputs[0] + "__bn_w", conv.outputs[0] + "__bn_b"
     g.consts[wn], g.consts[bname] = new_w, new_b
     g.values[wn] = TensorInfo(new_w.shape, str(new_w.dtype))
     g.values[bname] = TensorInfo(new_b.shape, str(new_b.dtype))
     conv.inputs = [conv.inputs[0], wn, bname]
     return True
+
+
+def _fits(wide: np.ndarray, dtype: np.dtype) -> bool:
+    """True when every finite value of ``wide`` stays finite in ``dtype`` (a float type)."""
+    if not np.issubdtype(dtype, np.floating):
+        return True
+    finite = np.isfinite(wide)
+    return bool(np.all(np.abs(wide[finite]) <= np.finfo(dtype).max))
 
 
 # -- fusion ------------------------------------------------------------------------------------------

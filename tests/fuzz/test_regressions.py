@@ -388,15 +388,12 @@ def test_fuzz_default_domain_alias():
     _same_as_ort(m, {"x": np.array([-1, 0, 2], np.float32)})
 
 
-@pytest.mark.xfail(strict=True, reason="open: a Softmax over the last axis with a fused Tile epilogue computes "
-                                      "inf/NaN for some repeats ((3,4,5) by (2,2,1); (2,3,4,5) by (1,1,2,1)); "
-                                      "fuse=False and other repeats are right: a fusion/scheduling bug, outside "
-                                      "the frontend")
 @pytest.mark.parametrize("shape,reps,chain", [((3, 4, 5), (2, 2, 1), False), ((2, 3, 4, 5), (1, 1, 2, 1), False),
                                               ((4, 4, 4, 2), (1, 1, 2, 1), True)])
 def test_fuzz_softmax_with_a_fused_tile(shape, reps, chain):
-    """mismatch (open): Softmax -> Tile (-> Tile), found as Softmax Tile Tile and Concat
-    LogSoftmax Tile TopK."""
+    """mismatch (fixed): Softmax -> Tile (-> Tile), found as Softmax Tile Tile and Concat
+    LogSoftmax Tile TopK: LLVM's loop vectorizer miscompiled the tiled store loop (a masked
+    induction variable taken as uniform); code generation keeps it off such loops."""
     nodes = [helper.make_node("Softmax", ["x"], ["a"], axis=-1),
              helper.make_node("Tile", ["a", "r1"], ["b" if chain else "y"])]
     inits = [_init("r1", np.array(reps, np.int64))]
@@ -473,11 +470,9 @@ def test_fuzz_mean_over_no_values_is_nan():
     assert np.isnan(y)
 
 
-@pytest.mark.xfail(strict=True, reason="open: Concat -> Transpose -> Pad(edge) -> Tile fused into one kernel reads "
-                                      "garbage (values up to 1e22: out of bounds) where fuse=False and "
-                                      "opt_level=0 are right; fusion/lowering, outside the frontend")
 def test_fuzz_concat_transpose_pad_tile_fused():
-    """mismatch (open), found by ``make fuzz`` (seed 1795601233)."""
+    """mismatch (fixed), found by ``make fuzz`` (seed 1795601233): the same LLVM loop-vectorizer
+    miscompilation as Softmax -> Tile (a masked induction variable in the tiled loop)."""
     rng = np.random.default_rng(0)
     c = rng.uniform(-2, 2, (2, 4, 4, 1)).astype(np.float32)
     nodes = [helper.make_node("Concat", ["x", "c"], ["a"], axis=0),
@@ -554,12 +549,9 @@ def test_graph_structure_rules():
         validate_graph(Graph(["x"], ["y"], [Node("Nope", ["x"], ["y"])], dict(info), {}))
 
 
-@pytest.mark.xfail(strict=True, reason="open: folding a BatchNormalization into its convolution multiplies the "
-                                      "weights by scale/sqrt(var+eps) in float64 and casts back: weights near the "
-                                      "float32 limit become inf, where Conv then BatchNormalization stays finite; "
-                                      "the fold (graph/passes.py) should keep the nodes apart when it overflows")
 def test_fuzz_batchnorm_fold_overflow():
-    """mismatch (open): a byte flip made a convolution weight 3.3e38."""
+    """mismatch (fixed): a byte flip made a convolution weight 3.3e38; folding BatchNormalization into the
+    convolution would overflow the weights to inf, so the fold keeps the two nodes apart."""
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
              helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]
     inits = [_init("w", np.full((1, 1, 1, 1), 3e38, np.float32)), _init("s", np.float32([1.5])),
