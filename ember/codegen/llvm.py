@@ -242,7 +242,10 @@ class CodeGenLLVM:
         module = self.module
         enable = ir.MetaDataString(module, "llvm.loop.vectorize.enable")
         off = module.add_metadata([enable, ir.Constant(ir.IntType(1), 0)])
-        loop_id = module.add_metadata([ir.MetaDataString(module, self.fresh("ember.loop")), off])
+        # Every operand after the self-reference must be a node (LLVM's loop passes cast them to
+        # MDNode; a bare string trips an assertion): the unique name goes in a node of its own.
+        name = module.add_metadata([ir.MetaDataString(module, self.fresh("ember.loop"))])
+        loop_id = module.add_metadata([name, off])
         loop_id.operands = (loop_id, *loop_id.operands)  # a loop ID refers to itself
         return loop_id
 

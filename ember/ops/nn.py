@@ -412,7 +412,7 @@ def _conv2d_packed(
     (``[batch, N / nr, C, kh, kw, nr]``, padding written as zeros; ``nr`` from ``strategy``), so
     the strategy's packed GEMM schedule (:mod:`ember.strategy.cpu_gemm`: the register-tiled
     kernel of :func:`ember.demo.gemm_schedule`) runs on it. The result is computed as
-    ``[batch, M, OH*OW]`` and viewed as NCHW."""
+    ``[batch, M, npanel * nr]`` (whole panels) and its first ``OH*OW`` columns viewed as NCHW."""
     B, C, H, W = shape(x)
     M, _, KH, KW = shape(w)
     OH, OW = out_sp
@@ -441,15 +441,19 @@ def _conv2d_packed(
     rc = te.reduce_axis((0, C), name="rc")
     rr = te.reduce_axis((0, KH), name="rr")
     rs = te.reduce_axis((0, KW), name="rs")
+    # The product covers every packed column, the zero padding of the last panel included: each
+    # panel is then one full vector tile (a partial last panel would run as guarded scalar code).
     cv = compute(
-        (B, M, N),
+        (B, M, npanel * nr),
         lambda b, m, n: te.sum(
             w[m, rc.var, rr.var, rs.var] * bp[b, E.floordiv(n, nr), rc.var, rr.var, rs.var, E.floormod(n, nr)],
             axis=[rc, rr, rs],
         ),
         name=uname("conv_gemm"),
         tag="conv_packed",
-        attrs={"nr": nr, "K": C * KH * KW},
+        # conv_out: the CPU strategy may compute this product in registers inside the store of
+        # the view below (ember.strategy.cpu_conv); other targets keep it in memory.
+        attrs={"nr": nr, "K": C * KH * KW, "conv_out": (OH, OW)},
         workspace=True,
     )
 

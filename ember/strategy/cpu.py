@@ -20,6 +20,7 @@ from ..ops.layout import CPULayout
 from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
 from .base import Strategy, extent, first_tagged
+from .cpu_conv import is_fusable_conv_gemm, schedule_conv_gemm
 from .cpu_gemm import packed_gemm_space, schedule_fast
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
 
@@ -54,6 +55,11 @@ class CPUStrategy(Strategy):
     ) -> te.Schedule:
         """The CPU schedule of the kernel computing ``outs`` (see :func:`schedule_group`)."""
         return schedule_group(outs, keep, parallel, strategy=self, config=config)
+
+    def keeps_in_memory(self, op: ComputeOp) -> bool:
+        """Workspace stages, except a convolution's packed GEMM: its register tiles are consumed
+        by the epilogue in the output's store (:mod:`ember.strategy.cpu_conv`)."""
+        return op.workspace and not is_fusable_conv_gemm(op)
 
     def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
         """The knob space of the first packed GEMM stage of the kernel computing ``outs``."""
@@ -120,6 +126,11 @@ def schedule_group(
     for stage in list(s.stages):
         op = stage.op
         if isinstance(op, PlaceholderOp) or stage.attach == "inline" or id(op) in handled:
+            continue
+        if parallel and isinstance(op, ComputeOp) and is_fusable_conv_gemm(op):
+            space = packed_gemm_space(op, strategy)
+            cfg = config if op is tuned and config is not None else space.default
+            schedule_conv_gemm(s, stage, strategy, cfg, handled)
             continue
         if parallel and schedule_fast(s, stage, strategy, handled, config if op is tuned else None):
             continue
