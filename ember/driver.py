@@ -34,10 +34,12 @@ from .model import cache as model_cache
 from .model.group_lowering import lower_groups, share_identical_kernels
 from .model.memory_plan import plan_memory
 from .model.model import Model
+from .model.placement import place
 from .model.program import Program
 from .model.progress import Progress
 from .ops.registry import NeedValue
 from .runtime.module import Module
+from .runtime.ndarray import Device
 from .strategy.base import strategy_for
 from .target import Target
 from .te.schedule import Schedule
@@ -178,13 +180,14 @@ def _value_inputs(graph: Graph, first: str) -> list[str] | None:
 
 def compile(
     model: Any,
-    target: str = "llvm",
+    target: str | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     fuse: bool = True,
     verbose: bool = False,
     use_cache: bool = True,
     cuda_graphs: bool = True,
     precision: str = "float32",
+    device: Device | str | None = None,
 ) -> Model:  # noqa: A001
     """Compile an ONNX model (path, bytes or ModelProto) or an ember :class:`Graph` for
     ``target`` (``"llvm"``, ``"cuda"``, ``"rocm"``, with options); returns an :class:`ember.Model`.
@@ -195,6 +198,11 @@ def compile(
     tensor cores its products run there. ``"tf32"`` keeps float32 everywhere but runs matrix
     products and convolutions on TF32 tensor cores (NVIDIA sm_80+; exact float32 elsewhere). Any
     target accepts every value.
+
+    ``device`` (``ember.cuda(1)``, ``"cuda:1"``; default: GPU 0, or the CPU) is where the model
+    runs; it is checked before compiling (a missing index names the number of GPUs found), a
+    CUDA target without ``-arch`` is built for that GPU's architecture, and ``target`` defaults
+    to the device's kind (``"llvm"`` without a device). ``Model.to`` moves a model later.
 
     ``cuda_graphs`` (CUDA only, a run-time option: no effect on the compiled code or the cache):
     after a thread's first call the model's kernel launches are replayed as one CUDA graph
@@ -207,10 +215,11 @@ def compile(
     from .frontend.precision import check_precision
 
     check_precision(precision)
+    target, dev = place(target, device)
     if isinstance(model, Graph):
         if precision not in ("float32", "tf32"):
             raise FrontendError(f"precision={precision!r} rewrites an ONNX model; pass the ONNX model, not a Graph")
-        return _with_graphs(compile_model(model, target, fuse, verbose, precision == "tf32"), cuda_graphs)
+        return _with_graphs(compile_model(model, target, fuse, verbose, precision == "tf32"), cuda_graphs, dev)
     from .frontend.control_flow import NeedsCallInputs
     from .frontend.onnx import import_onnx
     from .specialize import StructureSpecializer
@@ -225,20 +234,20 @@ def compile(
         cached = model_cache.load_cached_model(root, key)
         if cached is not None:
             cached.source = _source_of(model, target, input_shapes, fuse, precision)  # entries hold no source
-            return _with_graphs(cached, cuda_graphs)
+            return _with_graphs(cached, cuda_graphs, dev)
     try:
         graph = import_onnx(model, input_shapes)
     except NeedsCallInputs:  # sequence/optional inputs or outputs, value-dependent trip counts
         return _with_graphs(Model(specializer=StructureSpecializer(
             model, str(Target(target)), input_shapes, lambda g: compile_model(g, target, fuse, verbose, tf32))),
-            cuda_graphs)
+            cuda_graphs, dev)
     t0 = time.perf_counter()
     compiled = compile_model(graph, target, fuse, verbose, tf32)
     compiled.source = _source_of(model, target, input_shapes, fuse, precision)
     slow = time.perf_counter() - t0 > model_cache.MODEL_CACHE_MIN_SECONDS
     if root is not None and key is not None and slow and compiled.is_static:
         model_cache.store_cached_model(root, key, compiled)
-    return _with_graphs(compiled, cuda_graphs)
+    return _with_graphs(compiled, cuda_graphs, dev)
 
 
 def _lowered(model: Any, precision: str) -> bytes:
@@ -259,12 +268,13 @@ def _lowered(model: Any, precision: str) -> bytes:
     return lower_precision(proto, precision).SerializeToString()
 
 
-def _with_graphs(model: Model, cuda_graphs: bool) -> Model:
+def _with_graphs(model: Model, cuda_graphs: bool, device: Device | str | None = None) -> Model:
     model.cuda_graphs = bool(cuda_graphs)
-    return model
+    return model.to(device) if device is not None else model
 
 
-def load(path: str | os.PathLike[str], rebuild: bool = False, cuda_graphs: bool = True) -> Model:
+def load(path: str | os.PathLike[str], rebuild: bool = False, cuda_graphs: bool = True,
+         device: Device | str | None = None) -> Model:
     """Load a model saved by :meth:`ember.Model.save`.
 
     Loading runs nothing from the file (no pickle, no ``eval``, no ``dlopen``; every member is
@@ -272,16 +282,16 @@ def load(path: str | os.PathLike[str], rebuild: bool = False, cuda_graphs: bool 
     runs its machine code, so a compiled model is as trusted as its source: for a file from a
     source you do not trust, ``rebuild=True`` compiles the ONNX model the file embeds again
     with the options it was saved with, and uses none of the file's code. ``cuda_graphs`` as
-    for :func:`compile`."""
+    for :func:`compile`; ``device`` (default: GPU 0, or the CPU) as for ``Model.to``."""
     from .model.format import load_model, read_source
 
     if not rebuild:
-        return _with_graphs(load_model(path), cuda_graphs)
+        return _with_graphs(load_model(path), cuda_graphs, device)
     onnx_bytes, opts = read_source(path)
     shapes = opts.get("input_shapes")
     return compile(onnx_bytes, target=str(opts.get("target", "llvm")), input_shapes=shapes,
                    fuse=bool(opts.get("fuse", True)), use_cache=False, cuda_graphs=cuda_graphs,
-                   precision=str(opts.get("precision", "float32")))
+                   precision=str(opts.get("precision", "float32")), device=device)
 
 
 def _source_of(model: Any, target: str, input_shapes: Mapping[str, Sequence[int]] | None,

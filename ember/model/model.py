@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import ArgumentError, EmberError
 from ..runtime.ndarray import Device
 from .executor import ExecutionContext, GraphState
+from .placement import check_placement
 from .program import Program, TensorSpec, device_of_target
 
 
@@ -61,7 +62,7 @@ class Model:
     """A compiled model: call it with arrays, save it, load it back, profile it."""
 
     def __init__(self, program: Program | None = None, specializer: Specializer | None = None,
-                 source: dict[str, Any] | None = None, cuda_graphs: bool = True):
+                 source: dict[str, Any] | None = None, cuda_graphs: bool = True, device: Device | None = None):
         if (program is None) == (specializer is None):
             raise EmberError("Model: give exactly one of a program and a specializer")
         self._program = program
@@ -75,6 +76,8 @@ class Model:
         self.cuda_graphs = bool(cuda_graphs)
         self._graph_state = GraphState()
         self._local = threading.local()
+        # The device chosen with ``to`` (or ``device=`` of compile/load); None: the target's default.
+        self._device: Device | None = device
 
     # -- metadata --------------------------------------------------------------------------------
     @property
@@ -89,8 +92,20 @@ class Model:
 
     @property
     def device(self) -> Device:
-        """The device the model runs on (``ember.cpu(0)`` or a GPU)."""
-        return device_of_target(self.target)
+        """The device the model runs on: ``ember.cpu(0)``, or the GPU chosen with :meth:`to` (or
+        ``device=`` when compiling or loading), GPU 0 by default."""
+        return self._device if self._device is not None else device_of_target(self.target)
+
+    def to(self, device: Device | str) -> Model:
+        """Run this model on ``device`` from the next call on (``ember.cuda(1)``, ``"cuda:1"``);
+        returns the model itself, as ``torch.nn.Module.to`` does. The compiled code is shared: a
+        GPU loads the kernels on its first call, constants are copied there once.
+
+        Raises :class:`~ember.errors.DeviceError` when the device is of another kind than the
+        target (a CPU model cannot move to a GPU: compile it for one), does not exist (the message
+        gives the number of GPUs found) or cannot run the code (another CUDA architecture)."""
+        self._device = check_placement(self.target, device)
+        return self
 
     @property
     def input_names(self) -> list[str]:
@@ -154,14 +169,15 @@ class Model:
     def context(self, program: Program | None = None) -> ExecutionContext:
         """This thread's execution context for ``program`` (the static program by default)."""
         program = program or self._static("context")
-        cache: dict[int, ExecutionContext] | None = getattr(self._local, "contexts", None)
+        cache: dict[tuple[int, Device], ExecutionContext] | None = getattr(self._local, "contexts", None)
         if cache is None:
             cache = {}
             self._local.contexts = cache
-        ctx = cache.get(id(program))
+        dev = self.device
+        ctx = cache.get((id(program), dev))
         if ctx is None or ctx.program is not program:
-            ctx = ExecutionContext(program, device_of_target(program.target), self._graph_state)
-            cache[id(program)] = ctx
+            ctx = ExecutionContext(program, dev, self._graph_state)
+            cache[(id(program), dev)] = ctx
         return ctx
 
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], on_device: bool,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import struct
 import subprocess
 
@@ -18,6 +19,7 @@ import ember
 from ember import te
 from ember.backends.cuda import codegen as nvptx
 from ember.backends.rocm import codegen as amdgpu
+from ember.backends.rocm import lld as lld_search
 from ember.errors import CodegenError, LoweringError, ToolchainError
 
 ROCM_TARGETS = ["rocm -mcpu=gfx90a", "rocm -mcpu=gfx942", "rocm -mcpu=gfx1100"]
@@ -251,6 +253,8 @@ def test_reduction_axis_bind_stays_forbidden():
 def test_missing_lld_names_the_package(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("ROCM_PATH", str(tmp_path))
+    monkeypatch.delenv("EMBER_LLD", raising=False)
+    monkeypatch.setattr(lld_search, "wheel_lld", lambda: None)  # as without ember[rocm]'s ziglang wheel
     amdgpu.find_lld.cache_clear()
     try:
         with pytest.raises(ToolchainError, match="apt-get install lld-22"):
@@ -266,6 +270,7 @@ def test_too_old_lld_is_skipped(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("ROCM_PATH", str(tmp_path))
     monkeypatch.delenv("EMBER_LLD", raising=False)
+    monkeypatch.setattr(lld_search, "wheel_lld", lambda: None)  # as without ember[rocm]'s ziglang wheel
     amdgpu.find_lld.cache_clear()
     try:
         with pytest.raises(ToolchainError, match="older than 19"):
@@ -310,10 +315,10 @@ def test_ptx_driver_free_check_of_lld_path_order(tmp_path, monkeypatch):
     real = _has_lld()
     if real is not None:
         pytest.skip(real)
-    monkeypatch.setenv("EMBER_LLD", amdgpu.find_lld())
+    monkeypatch.setenv("EMBER_LLD", shlex.join(amdgpu.find_lld()))
     amdgpu.find_lld.cache_clear()
     try:
-        assert amdgpu.find_lld() == os.environ["EMBER_LLD"]
+        assert amdgpu.find_lld() == tuple(shlex.split(os.environ["EMBER_LLD"]))
     finally:
         amdgpu.find_lld.cache_clear()
-    assert subprocess.run([os.environ["EMBER_LLD"], "--version"], capture_output=True).returncode == 0
+    assert subprocess.run([*shlex.split(os.environ["EMBER_LLD"]), "--version"], capture_output=True).returncode == 0

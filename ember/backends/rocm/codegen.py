@@ -14,9 +14,8 @@ Math comes from the ROCm device libraries (``ocml.bc``) when found — ``EMBER_R
 :class:`~.gpu.FallbackMath` on ``llvm.exp2``/``llvm.log2``/``llvm.sin``/``llvm.cos``, which the
 AMDGPU backend implements natively.
 
-The linker is looked for in this order: the ``lld`` argument of :func:`find_lld`, ``EMBER_LLD``,
-``$ROCM_PATH/llvm/bin/ld.lld``, ``/opt/rocm/llvm/bin/ld.lld``, ``ld.lld-22`` … ``ld.lld-19``,
-``ld.lld``; one older than 19 is skipped (lld 14 rejects the code object versions LLVM 22 writes).
+The code object is linked by ``ld.lld`` (:mod:`.lld` says where it is looked for: ``EMBER_LLD``,
+ROCm, ``ld.lld-NN`` on ``PATH``, the ``ziglang`` wheel of ``ember[rocm]``).
 Every AMDGPU emission parses a fresh module (emitting twice from one module aborts LLVM).
 
 Warp-level matrix multiplies (``tc.mma:<name>`` calls from tensorize) become MFMA
@@ -29,10 +28,6 @@ from __future__ import annotations
 import functools
 import glob
 import os
-import re
-import shutil
-import subprocess
-import tempfile
 from typing import Any
 
 import llvmlite.binding as llvm
@@ -46,8 +41,8 @@ from ...te.tensor_intrin import MatrixIntrinsic, lookup
 from ..cpu.codegen import init_llvm, optimize, parse_and_verify
 from ..gpu.build import disabled, env_path
 from ..gpu.codegen import CodeGenGPU, FallbackMath, finalize_kernels
+from .lld import find_lld, link_code_object  # noqa: F401 - find_lld is re-exported (tests, tools)
 
-MIN_LLD = 19
 #: prefix of the loop-IR call of a warp-level matrix multiply (``tc.mma:<intrinsic name>``)
 MATRIX_CALL = "tc.mma:"
 CODE_OBJECT_VERSION = 500
@@ -70,46 +65,6 @@ def find_device_libs() -> str | None:
         if c and os.path.isfile(os.path.join(c, "ocml.bc")):
             return c
     return None
-
-
-def _lld_version(path: str) -> int | None:
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"LLD (\d+)\.", out)
-    return int(m.group(1)) if m else None
-
-
-@functools.cache
-def find_lld(lld: str | None = None) -> str:
-    """The ``ld.lld`` to link code objects with (see the module doc for the order)."""
-    tried: list[str] = []
-    cands: list[str] = []
-    if lld:
-        cands.append(lld)
-    env = env_path("EMBER_LLD")
-    if env:
-        cands.append(env)
-    for root in (os.environ.get("ROCM_PATH", ""), "/opt/rocm"):
-        if root:
-            cands.append(os.path.join(root, "llvm", "bin", "ld.lld"))
-    for v in range(22, MIN_LLD - 1, -1):
-        cands.append(f"ld.lld-{v}")
-    cands.append("ld.lld")
-    for c in cands:
-        path = c if os.path.isfile(c) else shutil.which(c)
-        if not path:
-            continue
-        ver = _lld_version(path)
-        if ver is not None and ver >= MIN_LLD:
-            return path
-        tried.append(f"{path} (version {ver if ver is not None else 'unknown'})")
-    old = f"; found only {', '.join(tried)}, older than {MIN_LLD} (lld 14 rejects code object v5/v6)" if tried else ""
-    raise ToolchainError(
-        "ld.lld (LLVM's linker, version 19 or newer) is needed to link AMDGPU code objects and was not found"
-        f"{old}: install it (Debian/Ubuntu: apt-get install lld-22; or ROCm), or set EMBER_LLD=/path/to/ld.lld"
-    )
 
 
 def isa_version(mcpu: str) -> int:
@@ -289,6 +244,13 @@ class AMDGPUCompiler:
         return CodeGenAMDGPU(tgt, "ember_rocm", self.device_libs)
 
     def compile(self, cg: CodeGenAMDGPU) -> dict[str, Any]:
+        """The kernels of ``cg`` as a linked HSA code object, with the optimized LLVM IR."""
+        obj, llvm_text = self.relocatable(cg)
+        return {"binary": link_code_object(obj), "llvm": llvm_text, "format": "hsaco", "extra": {}}
+
+    def relocatable(self, cg: CodeGenAMDGPU) -> tuple[bytes, str]:
+        """The kernels of ``cg`` as an AMDGPU relocatable object (before linking), and the
+        optimized LLVM IR it was emitted from (device libraries linked in)."""
         tgt = cg.target
         tm = _target_machine(tgt)
         text = finalize_kernels(str(cg.module), cg.kernel_attrs)
@@ -324,8 +286,7 @@ class AMDGPUCompiler:
         if undefined:
             raise CodegenError(f"the ROCm kernels call functions that nothing defines: {', '.join(undefined)}")
         obj = _target_machine(tgt).emit_object(parse_and_verify(llvm_text, "the optimized ROCm kernels"))
-        hsaco = link_code_object(obj)
-        return {"binary": hsaco, "llvm": llvm_text, "format": "hsaco", "extra": {}}
+        return obj, llvm_text
 
     @staticmethod
     def sources(meta: dict[str, Any], parts: dict[str, bytes]) -> dict[str, Any]:
@@ -339,18 +300,3 @@ class AMDGPUCompiler:
             return _target_machine(Target(target)).emit_assembly(parse_and_verify(llvm_text, "the ROCm kernels"))
 
         return {"llvm": lambda: llvm_text, "asm": asm}
-
-
-def link_code_object(obj: bytes, lld: str | None = None) -> bytes:
-    """Link an AMDGPU relocatable object into a shared (``ET_DYN``) HSA code object."""
-    linker = find_lld(lld)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "kernel.o")
-        out = os.path.join(tmp, "kernel.hsaco")
-        with open(src, "wb") as f:
-            f.write(obj)
-        proc = subprocess.run([linker, "-shared", src, "-o", out], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ToolchainError(f"{linker} could not link the AMDGPU code object:\n{proc.stderr.strip()}")
-        with open(out, "rb") as f:
-            return f.read()
