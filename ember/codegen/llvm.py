@@ -834,13 +834,18 @@ def _round_bf16(value: float) -> float:
 
 def _divides_loop_var(var: E.Var, body: S.Stmt) -> bool:
     """True when ``body`` divides (or takes the remainder of) an integer expression of loop
-    variable ``var`` (``floordiv``, ``floormod``, ``truncdiv``, ``truncmod``): the loops LLVM's
-    loop vectorizer must not touch (see :meth:`CodeGenLLVM._no_vectorize_loop_id`)."""
+    variable ``var`` by a constant power of two (``floordiv``, ``floormod``, ``truncdiv``,
+    ``truncmod``; LLVM turns them into masks and shifts of the induction variable): the loops
+    LLVM's loop vectorizer must not touch (see :meth:`CodeGenLLVM._no_vectorize_loop_id`).
+    Other divisors become multiply-high sequences, which it vectorizes correctly."""
     found = False
 
     def visit(node: object) -> None:
         nonlocal found
         if found or not isinstance(node, (E.FloorMod, E.FloorDiv, E.Mod, E.Div)) or node.dtype.is_float:
+            return
+        d = E.const_int_value(node.b)
+        if d is None or d <= 1 or d & (d - 1):
             return
         if any(v is var for v in free_vars(node.a)):
             found = True
