@@ -21,6 +21,7 @@ from .errors import (  # noqa: E402
     ScheduleError,
     TargetError,
     ToolchainError,
+    TuningError,
     TypeMismatchError,
     UnsupportedOpError,
 )
@@ -28,6 +29,8 @@ from .lowering import lower  # noqa: E402
 from .model import Model, TensorSpec  # noqa: E402
 from .runtime import Device, Module, NDArray, cpu, cuda, device, rocm  # noqa: E402
 from .target import Target  # noqa: E402
+from . import tune  # noqa: E402  (a callable package: ember.tune(model, target, trials=...))
+from .tune import tune_kernel  # noqa: E402
 from .version import __version__  # noqa: E402, F401
 
 __all__ = [
@@ -53,6 +56,7 @@ __all__ = [
     "TargetError",
     "TensorSpec",
     "ToolchainError",
+    "TuningError",
     "TypeMismatchError",
     "UnsupportedOpError",
     "__version__",
@@ -67,4 +71,6 @@ __all__ = [
     "nd",
     "rocm",
     "te",
+    "tune",
+    "tune_kernel",
 ]

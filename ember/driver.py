@@ -31,7 +31,7 @@ from .ir import expr as E
 from .ir.stmt import PrimFunc
 from .lowering import lower
 from .model import cache as model_cache
-from .model.group_lowering import lower_groups, share_identical_kernels
+from .model.group_lowering import ConfigChooser, lower_groups, share_identical_kernels
 from .model.memory_plan import plan_memory
 from .model.model import Model
 from .model.placement import place
@@ -44,6 +44,7 @@ from .strategy.base import strategy_for
 from .target import Target
 from .te.schedule import Schedule
 from .te.tensor import Tensor
+from .tune.apply import records_chooser
 
 __all__ = ["build", "compile", "compile_graph", "compile_model", "load", "optimize"]
 
@@ -87,9 +88,10 @@ def optimize(graph: Graph, progress: Any = None) -> Graph:
 
 
 def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False,
-                  tf32: bool = False) -> Program:
+                  tf32: bool = False, configs: ConfigChooser | None = None) -> Program:
     """Optimize, fuse, lower and build ``graph`` into one program (all kernels in one module);
-    ``tf32`` runs float32 products on TF32 tensor cores where the target has them.
+    ``tf32`` runs float32 products on TF32 tensor cores where the target has them; ``configs``
+    picks kernels' knob settings (tuning records; None: the default schedules).
 
     Raises :class:`~ember.ops.registry.NeedValue` when a shape depends on an input's value."""
     tgt = backend_for(target).resolve(Target(target))
@@ -99,7 +101,7 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
     if policy is not None:  # the target's layouts, then folding of the transformed constants
         g = optimize(AlterLayout(policy)(g), progress)
     groups = Fuse(enabled=fuse_ops)(g).groups
-    funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu, target=tgt, tf32=tf32)
+    funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu, target=tgt, tf32=tf32, configs=configs)
     funcs, steps = share_identical_kernels(funcs, steps)
     module = None
     if funcs:
@@ -123,13 +125,13 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
 
 
 def compile_model(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False,
-                  tf32: bool = False) -> Model:
+                  tf32: bool = False, configs: ConfigChooser | None = None) -> Model:
     """Compile a graph into a :class:`Model`: static, or specialised per value of the inputs
-    its shapes depend on (``tf32`` as for :func:`compile_graph`)."""
+    its shapes depend on (``tf32``, ``configs`` as for :func:`compile_graph`)."""
     from .specialize import ValueSpecializer
 
     try:
-        return Model(compile_graph(graph, target, fuse_ops, verbose, tf32))
+        return Model(compile_graph(graph, target, fuse_ops, verbose, tf32, configs))
     except NeedValue as exc:
         needed = _value_inputs(graph, exc.name)
         if needed is None:
@@ -137,7 +139,7 @@ def compile_model(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
                 f"the model computes a shape from run-time data ({exc}); ember needs static shapes"
             ) from exc
         return Model(specializer=ValueSpecializer(
-            graph, needed, str(Target(target)), lambda g: compile_model(g, target, fuse_ops, verbose, tf32)))
+            graph, needed, str(Target(target)), lambda g: compile_model(g, target, fuse_ops, verbose, tf32, configs)))
 
 
 def _value_inputs(graph: Graph, first: str) -> list[str] | None:
@@ -188,6 +190,7 @@ def compile(
     cuda_graphs: bool = True,
     precision: str = "float32",
     device: Device | str | None = None,
+    tuning_db: str | os.PathLike[str] | bool | None = None,
 ) -> Model:  # noqa: A001
     """Compile an ONNX model (path, bytes or ModelProto) or an ember :class:`Graph` for
     ``target`` (``"llvm"``, ``"cuda"``, ``"rocm"``, with options); returns an :class:`ember.Model`.
@@ -204,6 +207,11 @@ def compile(
     CUDA target without ``-arch`` is built for that GPU's architecture, and ``target`` defaults
     to the device's kind (``"llvm"`` without a device). ``Model.to`` moves a model later.
 
+    ``tuning_db`` (a path; None: ``EMBER_TUNING_DB``, else ``~/.cache/ember/tuning.db`` when it
+    exists; False: none) is the records database of ``ember tune``: each kernel with a valid
+    record for this target is scheduled with its best measured setting (``docs/tuning.md``); a
+    model compiled with records skips the whole-model cache (its kernels are still cached).
+
     ``cuda_graphs`` (CUDA only, a run-time option: no effect on the compiled code or the cache):
     after a thread's first call the model's kernel launches are replayed as one CUDA graph
     (``Model.cuda_graphs``, see ``docs/gpu.md``); False launches every kernel on every call.
@@ -216,10 +224,12 @@ def compile(
 
     check_precision(precision)
     target, dev = place(target, device)
+    configs = records_chooser(tuning_db, target)
     if isinstance(model, Graph):
         if precision not in ("float32", "tf32"):
             raise FrontendError(f"precision={precision!r} rewrites an ONNX model; pass the ONNX model, not a Graph")
-        return _with_graphs(compile_model(model, target, fuse, verbose, precision == "tf32"), cuda_graphs, dev)
+        return _with_graphs(compile_model(model, target, fuse, verbose, precision == "tf32", configs), cuda_graphs,
+                            dev)
     from .frontend.control_flow import NeedsCallInputs
     from .frontend.onnx import import_onnx
     from .specialize import StructureSpecializer
@@ -229,6 +239,7 @@ def compile(
     if precision not in ("float32", "tf32"):
         model = _lowered(model, precision)
     key = model_cache.model_cache_key(model, target, input_shapes, fuse, precision) if use_cache else None
+    key = None if configs else key  # a model built with tuning records is not cached whole
     root = compile_cache.cache_dir() if key else None
     if root is not None and key is not None:
         cached = model_cache.load_cached_model(root, key)
@@ -239,10 +250,11 @@ def compile(
         graph = import_onnx(model, input_shapes)
     except NeedsCallInputs:  # sequence/optional inputs or outputs, value-dependent trip counts
         return _with_graphs(Model(specializer=StructureSpecializer(
-            model, str(Target(target)), input_shapes, lambda g: compile_model(g, target, fuse, verbose, tf32))),
+            model, str(Target(target)), input_shapes,
+            lambda g: compile_model(g, target, fuse, verbose, tf32, configs))),
             cuda_graphs, dev)
     t0 = time.perf_counter()
-    compiled = compile_model(graph, target, fuse, verbose, tf32)
+    compiled = compile_model(graph, target, fuse, verbose, tf32, configs)
     compiled.source = _source_of(model, target, input_shapes, fuse, precision)
     slow = time.perf_counter() - t0 > model_cache.MODEL_CACHE_MIN_SECONDS
     if root is not None and key is not None and slow and compiled.is_static:

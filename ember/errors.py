@@ -104,3 +104,9 @@ class LayoutError(EmberError):
     """A data layout is malformed (a layout string such as ``'NCHW16c'`` that does not parse) or
     does not fit the tensor or node it is asked for (primal axes that differ from the tensor's
     rank, layouts of different primal axes). Names the layout, the node and what is wrong."""
+
+
+class TuningError(EmberError, ValueError):
+    """Tuning cannot start or go on: a bad argument of ``ember.tune``/``ember tune`` (trials, time
+    budget, target, workers), an unreachable Dask scheduler, or a records file that cannot be
+    read or written. The message names the thing at fault and the fix."""

@@ -12,7 +12,7 @@ that copies nothing).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import te
@@ -20,12 +20,17 @@ from ..graph.ir import Graph, TensorInfo
 from ..graph.passes import Group, build_node
 from ..ops.util import reset_names, uname
 from ..ops.util import shape as te_shape
-from ..strategy import Strategy, host_strategy, strategy_for
+from ..strategy import ConfigEntity, Strategy, host_strategy, strategy_for
 from ..target import Target
 from ..te import ComputeOp
 from ..te.rewrite import rewrite
 
 _VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+
+#: Chooses a kernel's knob setting (tuning records, :mod:`ember.tune.apply`): called with the
+#: kernel's outputs, its workspaces and the strategy; returns a point of
+#: ``strategy.space(outputs + workspaces)`` or None for the default schedule.
+ConfigChooser = Callable[[Sequence[te.Tensor], Sequence[te.Tensor], Strategy], ConfigEntity | None]
 
 
 def _group_is_view(gr: Group, graph: Graph) -> bool:
@@ -44,6 +49,7 @@ def lower_groups(
     gpu: bool = False,
     target: Target | str | None = None,
     tf32: bool = False,
+    configs: ConfigChooser | None = None,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Build and lower one function per non-view group for ``target``; returns (functions, steps).
 
@@ -52,7 +58,8 @@ def lower_groups(
     becomes a workspace from the memory plan. On a GPU (every intermediate reduction is such a
     stage) a scalar (0-d) output is computed as a one-element vector (the same bytes). Without
     ``target``, ``gpu`` picks the GPU strategy (of ``cuda``) or the host CPU's. ``tf32`` lets
-    the GPU strategy run float32 products on TF32 tensor cores."""
+    the GPU strategy run float32 products on TF32 tensor cores. ``configs`` chooses each kernel's
+    knob setting (None: every kernel gets its strategy's default schedule)."""
     from ..lowering import lower
 
     strategy = _strategy(target, gpu, tf32)
@@ -100,7 +107,7 @@ def lower_groups(
         work_names = [f"{fname}__ws{j}" for j in range(len(work))]
         for wn, wt in zip(work_names, work):
             graph.values[wn] = TensorInfo(te_shape(wt), str(wt.dtype))
-        s = strategy.schedule_group(fixed + work)
+        s = strategy.schedule_group(fixed + work, config=configs(fixed, work, strategy) if configs else None)
         used = {id(st.op) for st in s.stages}
         ins = [(name, t) for name, t in zip(gr_inputs, params) if id(t.op) in used]
         funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname, target=strategy.target))

@@ -1,0 +1,192 @@
+"""Building and timing candidates, each failure contained.
+
+* :class:`LocalBuilder` builds a batch of candidates in parallel worker processes (forked from
+  the tuner, so they share its tasks without serialising them); a build that raises is recorded
+  with its error, one that does not finish within ``timeout`` (a hang, or a worker that died) as
+  a timeout, and the pool is replaced.
+* :class:`Runner` times candidates one at a time in a measuring subprocess
+  (:mod:`ember.tune.runner`) that it starts on demand: a reply that does not come within
+  ``timeout`` kills it (a hang), a process that dies (a crash) is replaced, and either is
+  recorded as an invalid candidate; the tuner goes on.
+
+Both only return results (:class:`BuildResult`, :class:`MeasureResult`); nothing here raises for
+a bad candidate.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import EmberError
+from . import wire
+from .task import FUNC_NAME, Task
+
+#: What a failing build may raise: ember's errors (an illegal point, a schedule the lowering
+#: rejects) and the built-in errors of a bug in a schedule template.
+BUILD_ERRORS = (EmberError, ArithmeticError, AssertionError, LookupError, TypeError, ValueError, AttributeError,
+                RecursionError, NotImplementedError, MemoryError)
+
+
+@dataclass
+class BuildResult:
+    """A built candidate: its parts, or why it failed; ``seconds`` spent building."""
+
+    parts: dict[str, bytes] | None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class MeasureResult:
+    """A measured candidate: median ``seconds`` per call, or ``error`` (invalid)."""
+
+    seconds: float | None
+    error: str | None = None
+    times: list[float] = field(default_factory=list)
+
+
+def build_one(task: Task, config: dict[str, Any]) -> BuildResult:
+    """Build ``config`` of ``task``; never raises for a bad candidate."""
+    t0 = time.perf_counter()
+    try:
+        parts = task.build(config)
+    except BUILD_ERRORS as exc:
+        return BuildResult(None, f"build: {type(exc).__name__}: {exc}", time.perf_counter() - t0)
+    return BuildResult(parts, None, time.perf_counter() - t0)
+
+
+# -- building in local worker processes ---------------------------------------------------------
+_WORKER_TASKS: list[Task] = []
+
+
+def _build_in_worker(index: int, config: dict[str, Any]) -> BuildResult:
+    return build_one(_WORKER_TASKS[index], config)
+
+
+class LocalBuilder:
+    """Builds candidates of ``tasks`` in ``workers`` forked processes (0: in this process)."""
+
+    def __init__(self, tasks: Sequence[Task], workers: int, timeout: float = 120.0):
+        self.tasks = list(tasks)
+        self.workers = int(workers) if "fork" in multiprocessing.get_all_start_methods() else 0
+        self.timeout = float(timeout)
+        self._pool: Any = None
+
+    def _get_pool(self) -> Any:
+        if self._pool is None:
+            global _WORKER_TASKS
+            _WORKER_TASKS = self.tasks
+            self._pool = multiprocessing.get_context("fork").Pool(self.workers)
+        return self._pool
+
+    def build(self, jobs: Sequence[tuple[int, dict[str, Any]]]) -> list[BuildResult]:
+        """Build each ``(task index, config)``; results in the same order."""
+        if not self.workers:
+            return [build_one(self.tasks[i], c) for i, c in jobs]
+        pool = self._get_pool()
+        pending = [pool.apply_async(_build_in_worker, (i, c)) for i, c in jobs]
+        waves = -(-len(jobs) // self.workers)
+        deadline = time.monotonic() + self.timeout * max(1, waves)
+        out: list[BuildResult] = []
+        broken = False
+        for p in pending:
+            try:
+                out.append(p.get(timeout=max(0.0, deadline - time.monotonic())))
+            except multiprocessing.TimeoutError:
+                why = f"build: timed out after {self.timeout:.0f} s (or the build process died)"
+                out.append(BuildResult(None, why))
+                broken = True
+        if broken:
+            self.close()
+        return out
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+
+# -- timing in a measuring subprocess -----------------------------------------------------------
+class Runner:
+    """Times candidates of one target in a measuring subprocess (see the module docstring).
+    ``repeats`` timed rounds of at least ``min_repeat_s`` each; ``timeout`` seconds per
+    candidate; ``env`` extra environment of the subprocess (``CUDA_VISIBLE_DEVICES``)."""
+
+    def __init__(self, target: str, timeout: float = 30.0, repeats: int = 5, min_repeat_s: float = 0.05,
+                 env: dict[str, str] | None = None):
+        self.target = target
+        self.timeout = float(timeout)
+        self.repeats = int(repeats)
+        self.min_repeat_s = float(min_repeat_s)
+        self.env = dict(env or {})
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
+        self.restarts = 0
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None:
+                self.restarts += 1
+            self._log = tempfile.TemporaryFile()
+            env = dict(os.environ, **self.env)
+            self._proc = subprocess.Popen([sys.executable, "-m", "ember.tune.runner"], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=self._log, env=env)
+        return self._proc
+
+    def _stderr_tail(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        lines = self._log.read().decode(errors="replace").strip().splitlines()
+        return (": " + " | ".join(lines[-3:])) if lines else ""
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def measure(self, task: Task, ref_parts: dict[str, bytes], parts: dict[str, bytes]) -> MeasureResult:
+        """Check and time ``parts`` (a candidate of ``task``) against the default schedule's
+        ``ref_parts``; never raises for a bad candidate."""
+        proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        header = {"op": "measure", "target": task.target, "task": task.workload, "func": FUNC_NAME,
+                  "args": [s.to_json() for s in task.specs], "repeats": self.repeats,
+                  "min_repeat_s": self.min_repeat_s}
+        blobs = {**{f"ref/{k}": v for k, v in ref_parts.items()}, **{f"cand/{k}": v for k, v in parts.items()}}
+        try:
+            wire.send(proc.stdin, header, blobs)
+            ready, _, _ = select.select([proc.stdout], [], [], self.timeout)
+            if not ready:
+                self._kill()
+                return MeasureResult(None, f"run: no result within {self.timeout:.0f} s (killed)")
+            reply, _ = wire.recv(proc.stdout)
+        except (EOFError, BrokenPipeError, ValueError, OSError):
+            code = proc.wait()
+            return MeasureResult(None, f"run: the measuring process died (exit code {code}){self._stderr_tail()}")
+        if reply.get("status") == "ok":
+            return MeasureResult(float(reply["seconds"]), None, [float(t) for t in reply.get("times", [])])
+        return MeasureResult(None, f"{'wrong result' if reply.get('status') == 'wrong' else 'run'}: "
+                                   f"{reply.get('detail', '?')}")
+
+    def close(self) -> None:
+        """Stop the measuring subprocess."""
+        if self._proc is not None and self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._kill()
+        self._proc = None

@@ -1,0 +1,385 @@
+"""``ember.tune`` and ``ember.tune_kernel``: the tuning loop.
+
+The loop, until the trial budget or the time budget is spent (or Ctrl-C):
+
+1. pick a task: each task's first batch in turn, then the one with the most estimated time in
+   the model (its weight x its best time so far), discounted by how often it was tried;
+2. ask its :class:`~ember.tune.search.TaskSearch` for a batch of legal unmeasured points;
+3. build them in parallel and measure them one at a time (the executor: local processes or a
+   Dask cluster), each output checked against the default schedule's;
+4. store every result in the records database at once (invalid ones with their reason), feed
+   them to the search's cost model, update the progress bar (trials, best GFLOP/s per task,
+   estimated latency of the tuned kernels).
+
+``trials`` counts every measurement of the tasks in the database, those of earlier runs
+included: running the same command again after an interruption resumes and stops at the same
+total. Ctrl-C stops after the batch being measured is stored and returns what was found.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backends import backend_for
+from ..errors import TuningError
+from ..strategy import ConfigEntity, ConfigSpace
+from ..target import Target
+from ..te import Schedule, Tensor
+from .executor import Executor, LocalExecutor
+from .keys import TargetKey, gpu_present, target_key
+from .measure import Runner
+from .records import Record, TuningDB
+from .search import TaskSearch
+from .task import Task, extract_tasks, kernel_task
+
+DEFAULT_TRIALS = 200
+
+
+@dataclass
+class TaskResult:
+    """What tuning found for one task."""
+
+    name: str
+    workload: str
+    weight: int
+    flops: float
+    trials: int = 0
+    invalid: int = 0
+    best_seconds: float | None = None
+    default_seconds: float | None = None
+    best_config: dict[str, Any] | None = None
+
+    @property
+    def gflops(self) -> float:
+        """GFLOP/s of the best valid configuration (0 when none)."""
+        return self.flops / self.best_seconds / 1e9 if self.best_seconds else 0.0
+
+    @property
+    def speedup(self) -> float | None:
+        """Default time / best time, when both were measured."""
+        if self.best_seconds and self.default_seconds:
+            return self.default_seconds / self.best_seconds
+        return None
+
+
+@dataclass
+class TuneResult:
+    """The outcome of :func:`tune` or :func:`tune_kernel`. ``new_trials`` were measured in this
+    run; ``measured`` is False when no device was there to time on (candidates were only built and
+    checked for legality)."""
+
+    target: str
+    target_key: TargetKey
+    db: str
+    tasks: list[TaskResult]
+    new_trials: int = 0
+    elapsed: float = 0.0
+    interrupted: bool = False
+    measured: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def latency(self) -> float | None:
+        """Estimated time of the tuned kernels per model run: sum of weight x best time."""
+        if not self.tasks or any(t.best_seconds is None for t in self.tasks):
+            return None
+        return sum(t.weight * (t.best_seconds or 0.0) for t in self.tasks)
+
+    @property
+    def default_latency(self) -> float | None:
+        """The same sum for the default schedules, when they were measured."""
+        if not self.tasks or any(t.default_seconds is None for t in self.tasks):
+            return None
+        return sum(t.weight * (t.default_seconds or 0.0) for t in self.tasks)
+
+    def __str__(self) -> str:
+        lines = [f"tuned {len(self.tasks)} task(s) on {self.target_key.describe()}: {self.new_trials} new trial(s) "
+                 f"in {self.elapsed:.1f} s{' (interrupted)' if self.interrupted else ''}; records in {self.db}"]
+        lines.append(f"{'task':42} {'weight':>6} {'trials':>6} {'invalid':>7} {'default':>10} {'best':>10} "
+                     f"{'GFLOP/s':>8} {'speedup':>7}")
+        for t in self.tasks:
+            ms = lambda s: f"{s * 1e3:8.3f}ms" if s else f"{'-':>10}"  # noqa: E731
+            sp = f"{t.speedup:6.2f}x" if t.speedup else f"{'-':>7}"
+            lines.append(f"{t.name[:42]:42} {t.weight:6d} {t.trials:6d} {t.invalid:7d} {ms(t.default_seconds)} "
+                         f"{ms(t.best_seconds)} {t.gflops:8.1f} {sp}")
+        if self.latency is not None:
+            extra = f" (default schedules: {self.default_latency * 1e3:.3f} ms)" if self.default_latency else ""
+            lines.append(f"estimated time of the tuned kernels per run: {self.latency * 1e3:.3f} ms{extra}")
+        lines += self.notes
+        return "\n".join(lines)
+
+
+def parse_time_budget(value: float | int | str | None) -> float | None:
+    """Seconds of a time budget: a number of seconds or a string like ``90s``, ``10m``, ``1.5h``;
+    None for no limit. Zero, negative or malformed values are a :class:`TuningError`."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(s|sec|m|min|h)?\s*", value)
+        if m is None:
+            raise TuningError(f"time budget {value!r}: give seconds or a duration like 90s, 10m, 1.5h")
+        seconds = float(m.group(1)) * {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}[m.group(2) or "s"]
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise TuningError(f"time budget {value!r}: give seconds or a duration like 90s, 10m, 1.5h")
+    if not seconds > 0 or math.isinf(seconds):
+        raise TuningError(f"time budget {value!r} must be a positive duration (leave it out for no limit)")
+    return seconds
+
+
+def _check_trials(trials: Any) -> int:
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials <= 0:
+        raise TuningError(f"trials={trials!r}: give a positive number of configurations to measure")
+    return trials
+
+
+def _check_workers(workers: Any, dask: Any) -> None:
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise TuningError(f"workers={workers!r}: give a number of build workers >= 0 (0 builds in this process)")
+    if workers is not None and dask is not None:
+        raise TuningError("give either workers= (a local Dask cluster) or dask= (a running scheduler), not both")
+
+
+def tune(
+    model: Any,
+    target: str | Target = "llvm",
+    trials: int = DEFAULT_TRIALS,
+    db: str | os.PathLike[str] | None = None,
+    time_budget: float | str | None = None,
+    workers: int | None = None,
+    dask: str | None = None,
+    input_shapes: dict[str, Sequence[int]] | None = None,
+    quiet: bool = False,
+    timeout: float = 30.0,
+    repeats: int = 5,
+    batch: int | None = None,
+    cost_model: str = "auto",
+    seed: int = 0,
+) -> TuneResult:
+    """Tune the kernels of ``model`` (an ONNX path, bytes or ModelProto, or a Graph) for
+    ``target`` (``"llvm"``, ``"cuda"``, ``"rocm"``, with options).
+
+    The tasks are the model's distinct tunable kernels (:func:`~ember.tune.task.extract_tasks`),
+    weighted by how often they occur. ``trials`` is the number of configurations measured over all
+    tasks, records of earlier runs in ``db`` included (so a second run resumes); ``time_budget``
+    (seconds, or ``"10m"``) stops it earlier. Records go to ``db`` (default: ``EMBER_TUNING_DB``,
+    else ``~/.cache/ember/tuning.db``), where ``ember.compile`` finds them.
+
+    Where candidates run: ``workers=None, dask=None`` — local build processes (as many as cores,
+    at most 8) and a measuring subprocess; ``workers=N`` — a Dask ``LocalCluster`` of ``N`` build
+    workers and one measuring worker per GPU (one for a CPU target); ``dask="tcp://host:8786"``
+    — a running Dask scheduler (``docs/tuning.md``). ``timeout`` seconds per build and per
+    measurement; ``repeats`` timed rounds per measurement (their median counts); ``batch``
+    candidates per round (default: twice the build workers, at least 8); ``cost_model``
+    ``"auto"``, ``"xgboost"`` or ``"numpy"``; ``quiet`` hides the progress bar."""
+    _check_trials(trials)
+    parse_time_budget(time_budget)
+    _check_workers(workers, dask)
+    Target(target)
+    tasks = extract_tasks(model, target, input_shapes)
+    return run_tasks(tasks, target, trials, db, time_budget, workers, dask, quiet, timeout, repeats, batch,
+                     cost_model, seed)
+
+
+def tune_kernel(
+    schedule_fn: Callable[[ConfigEntity], Schedule],
+    args: Sequence[Tensor],
+    target: str | Target = "llvm",
+    space: ConfigSpace | None = None,
+    trials: int = 64,
+    db: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    time_budget: float | str | None = None,
+    workers: int | None = None,
+    dask: str | None = None,
+    quiet: bool = False,
+    timeout: float = 30.0,
+    repeats: int = 5,
+    batch: int | None = None,
+    cost_model: str = "auto",
+    seed: int = 0,
+) -> TuneResult:
+    """Tune one te kernel: ``schedule_fn(cfg)`` returns the schedule of configuration ``cfg`` (a
+    point of ``space``, the :class:`~ember.strategy.ConfigSpace` declaring its knobs) for the
+    tensors ``args`` (inputs, then outputs, in call order). ``name`` (default: the function's
+    qualified name) keys its records; the other arguments are those of :func:`tune`. The best
+    configuration is :func:`best_config`'s answer afterwards."""
+    _check_trials(trials)
+    parse_time_budget(time_budget)
+    _check_workers(workers, dask)
+    if space is None:
+        raise TuningError("tune_kernel needs space=, the ConfigSpace that declares the schedule's knobs")
+    task = kernel_task(schedule_fn, args, target, space, name)
+    return run_tasks([task], target, trials, db, time_budget, workers, dask, quiet, timeout, repeats, batch,
+                     cost_model, seed)
+
+
+def best_config(schedule_fn: Callable[[ConfigEntity], Schedule], args: Sequence[Tensor], target: str | Target,
+                space: ConfigSpace, db: str | os.PathLike[str] | None = None, name: str | None = None) -> ConfigEntity:
+    """The best valid recorded configuration of a te kernel (as :func:`tune_kernel` keyed it) on
+    ``target``, or the space's default point when there is none that fits ``space``."""
+    task = kernel_task(schedule_fn, args, target, space, name)
+    with TuningDB(db) as tdb:
+        recs = sorted(tdb.records(target_key(task.target), task.workload, valid_only=True),
+                      key=lambda r: r.seconds or float("inf"))
+    for r in recs:
+        if space.is_valid(ConfigEntity.from_json(r.config)):
+            return space.from_json(r.config)
+    return space.default
+
+
+# -- the loop ----------------------------------------------------------------------------------------
+def _default_workers() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def _executor(tasks: list[Task], tgt: Target, workers: int | None, dask: str | None, measuring: bool,
+              timeout: float, repeats: int) -> tuple[Executor, int]:
+    if workers is None and dask is None:
+        n = _default_workers()
+        runner = Runner(str(tgt), timeout=timeout, repeats=repeats) if measuring else None
+        return LocalExecutor(tasks, n, runner, build_timeout=max(timeout, 60.0)), n
+    from .distributed import DaskExecutor
+
+    ex = DaskExecutor(tasks, tgt, workers=workers, address=dask, measuring=measuring, timeout=timeout,
+                      repeats=repeats)
+    return ex, ex.build_workers
+
+
+def _pick(searches: list[TaskSearch], tasks: list[Task], tried: list[int]) -> int | None:
+    live = [i for i, s in enumerate(searches) if not s.exhausted]
+    if not live:
+        return None
+    fresh = [i for i in live if not searches[i].measured]
+    if fresh:
+        return fresh[0]
+
+    def share(i: int) -> float:
+        best = searches[i].best
+        t = best[1] if best else 1.0
+        return tasks[i].weight * t / math.sqrt(1 + tried[i])
+
+    return max(live, key=share)
+
+
+def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os.PathLike[str] | None,
+              time_budget: float | str | None, workers: int | None, dask: str | None, quiet: bool, timeout: float,
+              repeats: int, batch: int | None, cost_model: str, seed: int) -> TuneResult:
+    """The tuning loop over ``tasks`` (see the module docstring and :func:`tune`)."""
+    trials = _check_trials(trials)
+    budget = parse_time_budget(time_budget)
+    _check_workers(workers, dask)
+    tgt = backend_for(target).resolve(Target(target))
+    tkey = target_key(tgt)
+    measuring = gpu_present(tgt.kind) if tgt.is_gpu else True
+    t0 = time.monotonic()
+    tdb = TuningDB(db)
+    result = TuneResult(str(tgt), tkey, str(tdb.path), [], measured=measuring)
+    searches = [TaskSearch(t, cost_model, seed + k) for k, t in enumerate(tasks)]
+    tried = [0] * len(tasks)
+    for s, t in zip(searches, tasks):
+        for r in tdb.records(tkey, t.workload):
+            s.add_json(r.config, r.seconds if r.valid else None)
+    done = sum(len(s.measured) for s in searches)
+    if not tasks:
+        result.notes.append("the model has no tunable kernels for this target (no kernel declares a knob space)")
+    elif done >= trials:
+        result.notes.append(f"{done} trial(s) of these tasks are already in the database (>= trials={trials}): "
+                            "raise trials to search further")
+    if not measuring:
+        result.notes.append(f"no {tgt.kind} device here: candidates are built and checked for legality only, "
+                            "nothing is measured or recorded; measuring needs the device")
+    executor: Executor | None = None
+    bar = _progress(max(0, trials - done), len(tasks), quiet)
+    try:
+        if tasks and done < trials:
+            executor, nworkers = _executor(tasks, tgt, workers, dask, measuring, timeout, repeats)
+            size = batch or max(8, 2 * nworkers)
+            while done < trials:
+                if budget is not None and time.monotonic() - t0 >= budget:
+                    result.notes.append(f"stopped at the time budget ({budget:.0f} s)")
+                    break
+                i = _pick(searches, tasks, tried)
+                if i is None:
+                    result.notes.append("every task's space is exhausted")
+                    break
+                cfgs = searches[i].propose(min(size, trials - done))
+                if not cfgs:
+                    continue
+                outcomes = executor.run(i, cfgs)
+                recs = []
+                for cfg, (b, m) in zip(cfgs, outcomes):
+                    seconds = m.seconds if m is not None else None
+                    error = (m.error if m is not None else b.error) or (None if seconds else "not measured")
+                    searches[i].add(cfg, seconds)
+                    if m is not None or b.error:
+                        recs.append(Record(tasks[i].workload, tkey, cfg.to_json(), seconds, error, tasks[i].flops,
+                                           tasks[i].name, tasks[i].space_signature))
+                if measuring:
+                    tdb.add(recs)
+                tried[i] += 1
+                done += len(cfgs)
+                result.new_trials += len(cfgs)
+                if bar is not None:
+                    bar.update(len(cfgs))
+                    bar.set_postfix_str(_postfix(searches, tasks), refresh=True)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        result.notes.append("interrupted: what was measured is stored; run the same command again to resume")
+    finally:
+        if bar is not None:
+            bar.close()
+        if executor is not None:
+            executor.close()
+        tdb.close()
+    result.tasks = [_task_result(t, s) for t, s in zip(tasks, searches)]
+    result.elapsed = time.monotonic() - t0
+    return result
+
+
+def _task_result(task: Task, search: TaskSearch) -> TaskResult:
+    from .search import config_key
+
+    r = TaskResult(task.name, task.workload, task.weight, task.flops, trials=len(search.measured))
+    r.invalid = sum(1 for _, s in search.measured.values() if s is None)
+    best = search.best
+    if best is not None:
+        r.best_seconds, r.best_config = best[1], best[0].to_json()
+    d = search.measured.get(config_key(task.space.default))
+    r.default_seconds = d[1] if d else None
+    return r
+
+
+def _postfix(searches: list[TaskSearch], tasks: list[Task]) -> str:
+    parts, total, complete = [], 0.0, True
+    for k, (s, t) in enumerate(zip(searches, tasks)):
+        best = s.best
+        if best is None:
+            complete = False
+            continue
+        total += t.weight * best[1]
+        if k < 4:
+            parts.append(f"t{k} {t.flops / best[1] / 1e9:.0f}")
+    est = f"est {total * 1e3:.2f} ms" if complete else "est -"
+    return f"{est} | GFLOP/s " + " ".join(parts) + (" ..." if len(tasks) > 4 else "")
+
+
+def _progress(total: int, ntasks: int, quiet: bool) -> Any:
+    if quiet:
+        return None
+    import tqdm
+
+    tqdm.tqdm.monitor_interval = 0  # no monitor thread: build workers are forked from this process
+    return tqdm.tqdm(total=total, desc=f"tuning {ntasks} task(s)", unit="trial", file=sys.stderr, dynamic_ncols=True)
