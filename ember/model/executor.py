@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import time
 import warnings
 from typing import Any
 
 import numpy as np
 
 from ..errors import ArgumentError, EmberError
+from ..profiler.recorder import StepRecorder
 from ..runtime.ndarray import Device, NDArray
 from .memory import HostMemory
 from .program import Program
@@ -89,6 +89,12 @@ class ExecutionContext:
         self.replays = 0
         self.captures = 0
 
+    @property
+    def labels(self) -> list[str]:
+        """Per step of the plan, what a profile calls it: the kernel's name, ``name#2``,
+        ``name#3``... for later steps calling a kernel shared with an earlier one; "" for views."""
+        return list(self._labels)
+
     def graphs_available(self) -> bool:
         """True when calls can be replayed as a CUDA graph (a CUDA stream, kernels to launch, and
         no earlier capture of this model failed)."""
@@ -125,13 +131,16 @@ class ExecutionContext:
             )
         return value
 
-    def run(self, env: dict[str, Any], times: dict[str, float] | None = None, graph: bool = False) -> list[Any]:
+    def run(self, env: dict[str, Any], times: StepRecorder | None = None, graph: bool = False) -> list[Any]:
         """Run every step on ``env`` (from :meth:`bind`); returns the outputs as arrays of this
         device that the caller owns (on a GPU, possibly still being computed on the context's
-        stream: :meth:`finish` or :meth:`outputs_to_host` wait). With ``times``, records the best
-        time of each kernel (synchronising after each; never from a graph). With ``graph`` (and
-        ``env`` bound with ``fixed=True``), replays the context's CUDA graph (the first such call
-        runs the steps and captures the graph)."""
+        stream: :meth:`finish` or :meth:`outputs_to_host` wait). With ``times``
+        (:class:`~ember.profiler.recorder.StepRecorder`), each kernel step is timed (kernel by
+        kernel, never from a graph). With ``graph`` (and ``env`` bound with ``fixed=True``),
+        replays the context's CUDA graph (the first such call runs the steps and captures the
+        graph)."""
+        if times is not None:
+            times.begin_run(self)
         if self._stream is None:
             return self._run_steps(env, times, None)
         drv = self.device.driver()
@@ -143,7 +152,7 @@ class ExecutionContext:
         finally:
             drv.set_stream(prev)
 
-    def _run_steps(self, env: dict[str, Any], times: dict[str, float] | None,
+    def _run_steps(self, env: dict[str, Any], times: StepRecorder | None,
                    fixed: dict[str, Any] | None) -> list[Any]:
         """Launch every step. ``fixed``: where values the plan does not place are kept between
         calls (graph capture); None: fresh arrays for this call."""
@@ -152,7 +161,7 @@ class ExecutionContext:
         env.update(self._views)
         values = program.plan["values"]
         ptrs_of = self._ptrs
-        for st, label in zip(program.plan["steps"], self._labels):
+        for j, st in enumerate(program.plan["steps"]):
             if st["kind"] == "view":
                 env[st["dst"]] = mem.reshape(env[st["src"]], tuple(values[st["dst"]]["shape"]))
                 continue
@@ -172,12 +181,11 @@ class ExecutionContext:
                     p = mem.ptr(arr)
                 ptrs.append(p)
             fn = program.functions[st["func"]]
-            t0 = time.perf_counter() if times is not None else 0.0
+            if times is not None:
+                times.start(j)
             rc = fn._invoke(ptrs, [])
             if times is not None:
-                mem.sync()
-                dt = time.perf_counter() - t0
-                times[label] = min(times.get(label, dt), dt)
+                times.stop(j)
             if rc != 0:
                 raise EmberError(f"kernel {st['func']} failed at run time (code {rc})")
         if fixed is not None:

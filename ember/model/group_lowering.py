@@ -7,7 +7,8 @@ weights) by constants computed now, lifts the buffers the strategy keeps in memo
 workspace arguments that the memory plan provides, schedules the kernel with the strategy and
 lowers it. It returns the functions and the model's step list:
 ``{"kind": "kernel", "func", "args", "nout"}`` or ``{"kind": "view", "src", "dst"}`` (a reshape
-that copies nothing).
+that copies nothing), each with ``nodes``/``ops`` (the ONNX node names and types it computes) and
+kernel steps with ``cost`` (FLOPs and bytes per call, :mod:`ember.profiler.cost`) for profiles.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _group_is_view(gr: Group, graph: Graph) -> bool:
 def lower_groups(
     graph: Graph,
     groups: list[Group],
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[..., None] | None = None,
     gpu: bool = False,
     target: Target | str | None = None,
     tf32: bool = False,
@@ -66,10 +67,10 @@ def lower_groups(
     funcs, steps = [], []
     for k, gr in enumerate(groups):
         if _group_is_view(gr, graph):
-            steps.append({"kind": "view", "src": gr.nodes[0].inputs[0], "dst": gr.outputs[0]})
+            steps.append({"kind": "view", "src": gr.nodes[0].inputs[0], "dst": gr.outputs[0], **_node_info(gr)})
             continue
         if progress:
-            progress(f"kernel {k + 1}/{len(groups)}: {gr.name}")
+            progress(f"lowering {gr.name}", k + 1, len(groups))
         reset_names()
         tensors: dict[str, te.Tensor] = {}
         params = []
@@ -112,8 +113,25 @@ def lower_groups(
         ins = [(name, t) for name, t in zip(gr_inputs, params) if id(t.op) in used]
         funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname, target=strategy.target))
         outs_all = list(gr.outputs) + work_names
-        steps.append({"kind": "kernel", "func": fname, "args": [n for n, _ in ins] + outs_all, "nout": len(outs_all)})
+        steps.append({"kind": "kernel", "func": fname, "args": [n for n, _ in ins] + outs_all, "nout": len(outs_all),
+                      **_node_info(gr), "cost": _cost_json(funcs[-1])})
     return funcs, steps
+
+
+def _node_info(gr: Group) -> dict[str, list[str]]:
+    """The graph nodes a step computes (their ONNX names and operator types), for profiles."""
+    return {"nodes": [n.name for n in gr.nodes], "ops": [n.op for n in gr.nodes]}
+
+
+def _cost_json(func: Any) -> dict[str, Any] | None:
+    """FLOPs and bytes moved by one call of ``func`` (:mod:`ember.profiler.cost`), as JSON; None
+    when its loop extents are not integers (symbolic sizes)."""
+    from ..profiler.cost import CostUnknown, count_cost
+
+    try:
+        return count_cost(func).to_json()
+    except CostUnknown:
+        return None
 
 
 def _strategy(target: Target | str | None, gpu: bool, tf32: bool = False) -> Strategy:

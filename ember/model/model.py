@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import ArgumentError, EmberError
+from ..profiler import ProfileResult, StepRecorder
 from ..runtime.ndarray import Device
 from .executor import ExecutionContext, GraphState
 from .placement import check_placement
@@ -181,7 +182,7 @@ class Model:
         return ctx
 
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], on_device: bool,
-             times: dict[str, float] | None = None, repeat: int = 1) -> list[Any]:
+             times: StepRecorder | None = None, repeat: int = 1) -> list[Any]:
         given = collect_inputs(self.input_names, args, kwargs)
         if self._program is not None:
             program, sub, regroup = self._program, given, None
@@ -214,12 +215,27 @@ class Model:
         producers: ``torch.from_dlpack(out)``). Inputs as for ``__call__``."""
         return self._run(args, kwargs, on_device=True)
 
-    def profile(self, *args: Any, repeat: int = 3, **kwargs: Any) -> list[tuple[str, float]]:
-        """Seconds each kernel takes (best of ``repeat`` runs), in execution order (kernels are
-        launched one by one for this, never from a CUDA graph)."""
-        times: dict[str, float] = {}
-        self._run(args, kwargs, on_device=True, times=times, repeat=repeat)
-        return list(times.items())
+    def profile(self, *args: Any, repeat: int = 10, warmup: int = 1, peaks: bool = True,
+                **kwargs: Any) -> ProfileResult:
+        """Run the model ``warmup`` + ``repeat`` times on the inputs (as for ``__call__``),
+        timing every kernel step of the last ``repeat`` runs (kernels are launched one by one,
+        never from a CUDA graph: CUDA events on GPUs, the host clock around CPU kernels), and
+        return a :class:`~ember.profiler.ProfileResult`: per kernel, per step and per ONNX node
+        calls and times, FLOPs and bytes (counted from the loop IR), achieved rates and, with
+        ``peaks``, the share of the device's roofline (peaks measured once per device and cached;
+        see :mod:`ember.profiler.peaks`). Iterating the result gives ``(step, seconds)`` pairs.
+        ``docs/profiling.md`` describes it."""
+        from ..profiler import device_peaks
+
+        if repeat < 1 or warmup < 0:
+            raise ArgumentError(f"profile: repeat must be >= 1 and warmup >= 0 (got {repeat} and {warmup})")
+        rec = StepRecorder(warmup)
+        self._run(args, kwargs, on_device=True, times=rec, repeat=warmup + repeat)
+        if rec.program is None:  # nothing ran through an execution context
+            raise EmberError("profile: this model ran no program (every output is a constant or an input)")
+        dev = rec.device
+        return ProfileResult(rec.finish(), rec.program.plan, rec.labels, repeat, str(dev), rec.program.target,
+                             rec.clock, rec.track, (lambda: device_peaks(dev)) if peaks else None)
 
     # -- inspecting and saving -------------------------------------------------------------------
     def get_source(self, fmt: str = "ir") -> str:

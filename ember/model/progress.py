@@ -1,35 +1,79 @@
-"""Compile progress on stderr: quiet for fast compiles, one updating line for slow ones."""
+"""Compile progress on stderr with a tqdm bar: nothing for fast compiles, a bar for slow ones.
+
+The compile driver makes one :class:`Progress` per compile and calls it with what it is doing
+(``progress("folding Conv conv1")``) or how far it is (``progress("kernel conv1", 3, 57)``).
+Nothing is shown until the compile has taken ``delay`` seconds; from then on a tqdm bar (with
+a total once one is known) shows the current stage. :func:`quiet` silences every compile in
+its ``with`` block in this thread (the ``ember`` command's ``--quiet``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
+
+from tqdm import tqdm
+
+_state = threading.local()
+_WITH_TOTAL = "ember: {desc} |{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]"
+_WITHOUT_TOTAL = "ember: {desc} [{elapsed}]"
+
+
+@contextlib.contextmanager
+def quiet(on: bool = True) -> Iterator[None]:
+    """In this ``with`` block (this thread), compiles show no progress when ``on``."""
+    was = getattr(_state, "quiet", False)
+    _state.quiet = on
+    try:
+        yield
+    finally:
+        _state.quiet = was
+
+
+def is_quiet() -> bool:
+    """True inside :func:`quiet` in this thread."""
+    return bool(getattr(_state, "quiet", False))
 
 
 class Progress:
-    """Prints compile progress to stderr once a compile has taken more than ``delay`` seconds.
-
-    Calling it with a message shows that message (on a terminal the line is rewritten in place);
-    :meth:`done` prints a final line only when something was shown."""
+    """One compile's progress bar (tqdm, on ``stream``: stderr by default), shown once the
+    compile has taken ``delay`` seconds, never inside :func:`quiet`."""
 
     def __init__(self, delay: float = 1.0, stream: Any = None):
         self.start = time.perf_counter()
         self.delay = delay
         self.stream = stream or sys.stderr
-        self.shown = False
+        self.enabled = not is_quiet()
+        self._bar: Any = None
 
-    def __call__(self, msg: str) -> None:
-        if time.perf_counter() - self.start < self.delay:
+    @property
+    def shown(self) -> bool:
+        """True once the bar is on screen."""
+        return self._bar is not None
+
+    def __call__(self, msg: str, done: int | None = None, total: int | None = None) -> None:
+        """Show ``msg`` as the current stage; ``done`` of ``total`` steps of it when given."""
+        if not self.enabled or (self._bar is None and time.perf_counter() - self.start < self.delay):
             return
-        tty = getattr(self.stream, "isatty", lambda: False)()
-        end = "\r" if tty else "\n"
-        self.stream.write(f"ember: {msg}".ljust(78 if tty else 0) + end)
-        self.stream.flush()
-        self.shown = True
+        if self._bar is None:
+            self._bar = tqdm(total=total, file=self.stream, leave=True, dynamic_ncols=True,
+                             bar_format=_WITH_TOTAL if total else _WITHOUT_TOTAL)
+        bar = self._bar
+        if total is not None and bar.total != total:
+            bar.reset(total=total)
+            bar.bar_format = _WITH_TOTAL
+        if done is not None:
+            bar.n = done
+        bar.set_description_str(msg[:60], refresh=False)
+        bar.refresh()
 
     def done(self, msg: str) -> None:
-        """Final line (only when progress was shown)."""
-        if self.shown:
-            self.stream.write(f"ember: {msg}".ljust(78) + "\n")
-            self.stream.flush()
+        """Close the bar with a final ``msg`` (only when the bar was shown)."""
+        if self._bar is not None:
+            self._bar.set_description_str(msg, refresh=False)
+            self._bar.close()
+            self._bar = None
