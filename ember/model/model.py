@@ -117,16 +117,42 @@ class Model:
 
     @property
     def output_names(self) -> list[str]:
-        """Names of the outputs (static models)."""
+        """Names of the outputs (static models, and models compiled per input shape)."""
+        names = getattr(self._specializer, "output_names", None)
+        if names is not None:
+            return list(names)
         return list(self._static("output_names").output_names)
 
     @property
     def inputs(self) -> list[TensorSpec]:
-        """The inputs: name, shape, dtype (a model specialised at call time gives names only,
-        with empty shapes and dtype ``"?"``, until it is called)."""
+        """The inputs: name, shape, dtype. A model with symbolic dimensions gives their names in
+        the shape (``("batch", 3, 224, 224)``); one specialised per input value or structure gives
+        names only, with empty shapes and dtype ``"?"``."""
         if self._program is not None:
             return self._program.inputs
-        return [TensorSpec(n, (), "?") for n in self.input_names]
+        declared = {s.name: s for s in getattr(self._specializer, "declared", ())}
+        return [declared.get(n, TensorSpec(n, (), "?")) for n in self.input_names]
+
+    @property
+    def max_variants(self) -> int | None:
+        """How many shape variants a model with symbolic dimensions keeps (8 unless set; the
+        least recently used is dropped, with an ``EvictionWarning``); None for other models."""
+        return getattr(self._specializer, "max_variants", None)
+
+    @max_variants.setter
+    def max_variants(self, n: int) -> None:
+        if not hasattr(self._specializer, "max_variants"):
+            raise EmberError("max_variants applies to models with symbolic input dimensions only")
+        self._specializer.max_variants = n  # type: ignore[union-attr]
+
+    @property
+    def variants(self) -> list[dict[str, tuple[int, ...]]]:
+        """The input shapes (name -> shape) of each compiled variant of a model with symbolic
+        dimensions, least recently used first (see :mod:`ember.model.dynamic`); a static model
+        has one, its own."""
+        if self._program is not None:
+            return [{s.name: tuple(int(d) for d in s.shape) for s in self._program.inputs}]
+        return list(getattr(self._specializer, "variants", []))
 
     @property
     def outputs(self) -> list[TensorSpec]:
@@ -184,6 +210,12 @@ class Model:
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], on_device: bool,
              times: StepRecorder | None = None, repeat: int = 1) -> list[Any]:
         given = collect_inputs(self.input_names, args, kwargs)
+        variant_for = getattr(self._specializer, "variant_for", None)
+        if variant_for is not None:  # one whole model per input shape (ember.model.dynamic)
+            variant = variant_for(given)
+            variant.cuda_graphs = self.cuda_graphs
+            variant._device = getattr(self, "_device", None)
+            return variant._run((), given, on_device, times, repeat)
         if self._program is not None:
             program, sub, regroup = self._program, given, None
         else:
@@ -247,14 +279,17 @@ class Model:
         return module.get_source(fmt)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the model to ``path`` (see :mod:`ember.model.format`); static models only."""
+        """Write the model to ``path`` (see :mod:`ember.model.format`): a static model, or a
+        model with symbolic dimensions (its ONNX source, declared shapes and compiled variants)."""
         from .format import save_model
 
         save_model(self, path)
 
     def __repr__(self) -> str:
         if self._program is None:
-            return f"<ember.Model {len(self.input_names)} input(s), compiled per call shape, target {self.target!r}>"
+            kept = getattr(self._specializer, "variants", None)
+            per = "compiled per call shape" if kept is None else f"compiled per input shape ({len(kept)} variant(s))"
+            return f"<ember.Model {len(self.input_names)} input(s), {per}, target {self.target!r}>"
         return (f"<ember.Model {len(self.input_names)} input(s), {self.num_kernels} kernel(s), "
                 f"target {self.target!r}>")
 

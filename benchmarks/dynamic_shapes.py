@@ -1,0 +1,161 @@
+"""Symbolic batch: one compiled ResNet-50 (batch dimension ``batch``) run at batch 1 and batch 8,
+against the fixed-shape builds of the same ONNX file (``input_shapes=``), on the CPU and on CUDA.
+
+The dynamic model and the fixed builds are timed interleaved in the same process (alternating
+rounds, ``benchmarks/common.py``), so machine noise affects them alike; the figure of merit is the
+ratio dynamic / fixed per batch size (the goal: <= 1.1). Also reported: each batch's output against
+ONNX Runtime, the compile time of a new shape bucket with an empty cache and on a repeat (a fresh
+model, the same bucket: the compile cache answers), and the per-call cost of the variant lookup on a
+tiny graph (where it is not hidden by the network's run time).
+
+    python benchmarks/dynamic_shapes.py                      # CPU -> benchmarks/results/dynamic_shapes_llvm.json
+    python benchmarks/dynamic_shapes.py --target cuda --out gpu_check_out
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
+
+from common import interleaved, machine, table  # noqa: E402
+
+import ember  # noqa: E402
+
+BATCHES = (1, 8)
+
+
+def export_dynamic_resnet50(directory: Path) -> Path:
+    """ResNet-50 (torchvision, seeded random weights as ``tests/models/nets.py``) exported with
+    its batch dimension symbolic (``batch``)."""
+    import torch
+    from nets import NETS, randomize_bn
+
+    path = directory / "resnet50_dynamic_batch.onnx"
+    if path.exists():
+        return path
+    make, shape = NETS["resnet50"]
+    torch.manual_seed(0)
+    net = make().eval()
+    randomize_bn(net)
+    tmp = path.with_suffix(".tmp")
+    torch.onnx.export(net, (torch.randn(*shape),), str(tmp), input_names=["input"], output_names=["output"],
+                      opset_version=17, dynamo=False,
+                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    os.replace(tmp, path)
+    return path
+
+
+def _rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a.astype(np.float64) - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run(target: str, directory: Path, rounds: int) -> dict[str, Any]:
+    """Compile, check and time; returns the result rows and notes."""
+    import onnxruntime as ort
+
+    path = export_dynamic_resnet50(directory)
+    os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-dyn-cache-")  # cold cache
+    rng = np.random.default_rng(0)
+    xs = {b: rng.standard_normal((b, 3, 224, 224)).astype(np.float32) for b in BATCHES}
+    dyn = ember.compile(str(path), target=target)
+    assert dyn.inputs[0].shape[0] == "batch"
+    compile_cold = {b: _timed(lambda b=b: dyn(xs[b])) for b in BATCHES}  # first call: compiles the bucket
+    compile_repeat = {b: _timed(lambda b=b: ember.compile(str(path), target=target)(xs[b])) for b in BATCHES}
+    fixed = {b: ember.compile(str(path), target=target, input_shapes={"input": (b, 3, 224, 224)}) for b in BATCHES}
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    errs = {b: _rel_err(dyn(xs[b])[0], sess.run(None, {"input": xs[b]})[0]) for b in BATCHES}
+    assert len(dyn.variants) == 2, dyn.variants
+
+    if target == "llvm":
+        feeds = xs
+
+        def call(m: ember.Model, b: int) -> Any:
+            return m(feeds[b])
+    else:
+        dev = ember.cuda(0)
+        feeds = {b: ember.nd.array(x, dev) for b, x in xs.items()}
+
+        def call(m: ember.Model, b: int) -> Any:
+            out = m.run_on_device(feeds[b])
+            dev.sync()
+            return out
+
+    rows = []
+    for b in BATCHES:
+        best = interleaved({"dynamic": lambda b=b: call(dyn, b), "fixed": lambda b=b: call(fixed[b], b)},
+                           rounds=rounds, min_time=0.2)
+        rows.append({"batch": b, "dynamic_ms": round(best["dynamic"] * 1e3, 3),
+                     "fixed_ms": round(best["fixed"] * 1e3, 3),
+                     "ratio": round(best["dynamic"] / best["fixed"], 3),
+                     "max_rel_err_vs_ort": float(f"{errs[b]:.2e}"),
+                     "bucket_compile_s_cold": round(compile_cold[b], 1),
+                     "bucket_compile_s_repeat": round(compile_repeat[b], 2)})
+    # The lookup's own cost, on a graph small enough that it shows.
+    from onnx import TensorProto, helper
+
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])
+    tiny = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "tiny", [x_info], [y_info]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+    small = np.ones((4, 8), np.float32)
+    tiny_dyn = ember.compile(tiny, target=target)
+    tiny_fixed = ember.compile(tiny, target=target, input_shapes={"x": (4, 8)})
+    tiny_best = interleaved({"dynamic": lambda: tiny_dyn(small), "fixed": lambda: tiny_fixed(small)},
+                            rounds=rounds, min_time=0.1)
+    overhead_us = (tiny_best["dynamic"] - tiny_best["fixed"]) * 1e6
+    return {"rows": rows, "lookup_overhead_us": round(overhead_us, 2),
+            "tiny_call_us": {k: round(v * 1e6, 2) for k, v in tiny_best.items()}}
+
+
+def main() -> int:
+    """Run for ``--target``; writes ``dynamic_shapes_<target>.json`` and ``.md`` to ``--out``.
+    Exit code 1 when an output disagrees with ONNX Runtime (max relative error > 1e-4)."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--target", default="llvm", choices=["llvm", "cuda"])
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--models", default=None, help="directory for the exported ONNX file (default: a temp dir)")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
+    args = ap.parse_args()
+    directory = Path(args.models or os.environ.get("EMBER_MODEL_DIR") or tempfile.mkdtemp(prefix="ember-dyn-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    res = run(args.target, directory, args.rounds)
+    import onnxruntime
+    import torch
+
+    device = machine()["cpu"] if args.target == "llvm" else torch.cuda.get_device_name(0)
+    meta = {"benchmark": "dynamic_shapes", "target": args.target, "device": device, "machine": machine(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "ember": ember.__version__,
+            "onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
+            "model": "ResNet-50 (torchvision, random weights), float32, batch dimension symbolic",
+            "timing": "best of interleaved rounds (dynamic and fixed alternate); CUDA: inputs on the device, "
+                      "synchronised, CUDA graphs on (the default)",
+            "note": "the CPU figures taken during a session on a shared 2-core machine are noisy; the ratio "
+                    "(same process, interleaved) is the figure to read"}
+    lines = [table(res["rows"], list(res["rows"][0])),
+             f"variant lookup: {res['lookup_overhead_us']} us per call (tiny graph: {res['tiny_call_us']})"]
+    from common import write_outputs
+
+    text = write_outputs(args.out, f"dynamic_shapes_{args.target}", {"meta": meta, **res}, lines)
+    print(text)
+    return 0 if all(r["max_rel_err_vs_ort"] <= 1e-4 for r in res["rows"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

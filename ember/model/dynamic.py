@@ -1,0 +1,210 @@
+"""Models with symbolic input dimensions: one fixed-shape compiled variant per input shape.
+
+An ONNX model whose inputs declare dimensions by name (``batch``, ``width``) or leave them
+unknown is compiled by ``ember.compile`` into a :class:`~ember.model.model.Model` holding a
+:class:`ShapeSpecializer`: the first call with a new combination of input shapes checks the shapes
+against the declared ones (:func:`check_shapes`: same symbol, same size; fixed dimensions
+equal; ranks equal), compiles the fixed-shape model for them (the driver's compile, so the
+kernel and whole-model caches answer repeats) and keeps it; later calls with those shapes find
+it with one dictionary lookup. At most ``max_variants`` variants are kept (8 by default); the
+least recently used one is dropped when a new one is needed, with an :class:`EvictionWarning`.
+
+Each variant is an ordinary model, so it runs exactly as a fixed-shape build does (its own
+execution contexts, memory plan and, on CUDA, graphs); a dropped variant takes its run state
+with it. This module holds only the cache: the compile step is handed in by the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError, EmberError
+from .model import Model
+from .program import Program, TensorSpec
+
+#: A declared dimension: a size, or the name of a size given at call time.
+Dim = int | str
+#: The concrete shape of every shaped input, in input order.
+ShapeKey = tuple[tuple[int, ...], ...]
+#: Compiles the model for concrete shapes of its shaped inputs (name -> shape).
+CompileShapes = Callable[[dict[str, tuple[int, ...]]], Model]
+#: Variants kept per model unless ``max_variants`` says otherwise.
+DEFAULT_MAX_VARIANTS = 8
+
+_log = logging.getLogger("ember.dynamic")
+
+
+class EvictionWarning(UserWarning):
+    """A shape-specialised model dropped its least recently used variant to make room."""
+
+
+def shape_of(value: Any) -> tuple[int, ...]:
+    """The shape of an input value (a NumPy or ember array, a torch tensor, nested lists)."""
+    shp = getattr(value, "shape", None)
+    if shp is None:
+        shp = np.shape(value)
+    return tuple(int(d) for d in shp)
+
+
+def check_shapes(declared: Sequence[TensorSpec], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    """Check concrete input ``shapes`` against the ``declared`` ones and return the size each
+    symbol takes. Raises :class:`~ember.errors.ArgumentError` naming the input, the dimension,
+    what the model declares and what was given: a wrong rank, a fixed dimension of another size,
+    a negative size, or one symbol given two sizes."""
+    sizes: dict[str, int] = {}
+    where: dict[str, str] = {}
+    for spec in declared:
+        got = shapes[spec.name]
+        want = _fmt(spec.shape)
+        if len(got) != len(spec.shape):
+            raise ArgumentError(
+                f"input {spec.name!r} has shape {got} ({len(got)} dimensions); the model declares {want} "
+                f"({len(spec.shape)} dimensions)")
+        for k, (d, g) in enumerate(zip(spec.shape, got)):
+            if g < 0:
+                raise ArgumentError(f"input {spec.name!r} has a negative dimension {k} ({g})")
+            if isinstance(d, int):
+                if d != g:
+                    raise ArgumentError(
+                        f"input {spec.name!r} has shape {got}; the model declares {want}: dimension {k} must be {d}")
+                continue
+            if d in sizes and sizes[d] != g:
+                raise ArgumentError(
+                    f"input {spec.name!r} dimension {k} ({d!r}) is {g}, but {where[d]} gave {d!r} = {sizes[d]}: "
+                    f"every dimension named {d!r} must have the same size")
+            if d not in sizes:
+                sizes[d] = g
+                where[d] = f"input {spec.name!r} dimension {k}"
+    return sizes
+
+
+def _fmt(dims: Sequence[Dim]) -> str:
+    return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def resolve(model: Model, given: dict[str, Any]) -> tuple[Program, dict[str, Any], Any]:
+    """The program of ``model`` for the inputs ``given``, the inputs it takes and how its outputs
+    become the model's (None: as they are), descending into a model specialised at call time."""
+    if model.is_static:
+        return model.program, given, None
+    return model._specializer.program_for(given)  # type: ignore[union-attr]
+
+
+class ShapeSpecializer:
+    """The variant cache of a model with symbolic input dimensions (see the module docstring).
+
+    ``declared``: the shaped inputs (name, dims — ints and symbol names —, dtype);
+    ``input_names``: every input in call order (sequence and optional inputs too, which pass
+    through to the variant); ``compile_shapes``: compiles a variant (None: a loaded model
+    that cannot compile, e.g. saved without its source; a new shape is then an error).
+    Thread-safe: lookups take a short lock, compiles run one at a time."""
+
+    def __init__(self, declared: Sequence[TensorSpec], input_names: Sequence[str], output_names: Sequence[str],
+                 target: str, compile_shapes: CompileShapes | None, max_variants: int = DEFAULT_MAX_VARIANTS):
+        self.declared = list(declared)
+        self.input_names = list(input_names)
+        self.output_names = list(output_names)
+        self.target = target
+        self.compile_shapes = compile_shapes
+        self.max_variants = max_variants
+        self._variants: OrderedDict[ShapeKey, Model] = OrderedDict()
+        self._lock = threading.Lock()
+        self._compile_lock = threading.Lock()
+        #: Calls answered by a kept variant, variants compiled (or loaded), variants dropped.
+        self.hits = 0
+        self.compiles = 0
+        self.evictions = 0
+
+    @property
+    def max_variants(self) -> int:
+        """How many variants are kept at most (least recently used ones are dropped)."""
+        return self._max_variants
+
+    @max_variants.setter
+    def max_variants(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ArgumentError(f"max_variants must be a positive integer, got {n!r}")
+        self._max_variants = n
+        if hasattr(self, "_variants"):
+            with self._lock:
+                self._evict()
+
+    @property
+    def variants(self) -> list[dict[str, tuple[int, ...]]]:
+        """The input shapes of the variants kept, least recently used first."""
+        with self._lock:
+            keys = list(self._variants)
+        return [self._named(k) for k in keys]
+
+    def _named(self, key: ShapeKey) -> dict[str, tuple[int, ...]]:
+        return {s.name: shp for s, shp in zip(self.declared, key)}
+
+    def variant_for(self, given: Mapping[str, Any]) -> Model:
+        """The variant for the shapes of ``given`` (name -> value, every input present):
+        kept, or checked and compiled now (an :class:`ArgumentError` when the shapes break
+        the model's declared dimensions)."""
+        key = tuple(shape_of(given[s.name]) for s in self.declared)
+        with self._lock:
+            model = self._variants.get(key)
+            if model is not None:
+                self._variants.move_to_end(key)
+                self.hits += 1
+                return model
+        with self._compile_lock:
+            with self._lock:
+                model = self._variants.get(key)
+            if model is None:
+                shapes = self._named(key)
+                check_shapes(self.declared, shapes)
+                if self.compile_shapes is None:
+                    raise EmberError(
+                        f"this model was loaded with compiled variants for {self.variants} only and cannot compile "
+                        f"one for {shapes} (it was saved without its ONNX source); compile the ONNX model again")
+                _log.info("compiling a variant for input shapes %s", shapes)
+                try:
+                    model = self.compile_shapes(shapes)
+                except EmberError as exc:
+                    add_note = getattr(exc, "add_note", None)  # Python >= 3.11
+                    if add_note is not None:
+                        add_note(f"(while compiling the model for the input shapes {shapes})")
+                    raise
+                self.add(shapes, model)
+        return model
+
+    def add(self, shapes: Mapping[str, tuple[int, ...]], model: Model) -> None:
+        """Keep ``model`` as the variant for ``shapes`` (checked against the declared dims),
+        dropping the least recently used variant when ``max_variants`` are kept already."""
+        key = tuple(tuple(int(d) for d in shapes[s.name]) for s in self.declared)
+        check_shapes(self.declared, self._named(key))
+        with self._lock:
+            self._variants[key] = model
+            self._variants.move_to_end(key)
+            self.compiles += 1
+            self._evict()
+
+    def _evict(self) -> None:
+        while len(self._variants) > self._max_variants:
+            old, _ = self._variants.popitem(last=False)
+            self.evictions += 1
+            msg = (f"ember: the model keeps at most {self._max_variants} shape variants (max_variants); dropped the "
+                   f"least recently used one, for input shapes {self._named(old)} (calling with them compiles "
+                   "again, from the compile cache)")
+            _log.debug(msg)
+            warnings.warn(msg, EvictionWarning, stacklevel=4)
+
+    def kept(self) -> list[tuple[dict[str, tuple[int, ...]], Model]]:
+        """The variants kept (input shapes, model), least recently used first."""
+        with self._lock:
+            items = list(self._variants.items())
+        return [(self._named(k), m) for k, m in items]
+
+    def program_for(self, given: dict[str, Any]) -> tuple[Program, dict[str, Any], Any]:
+        """The :class:`~ember.model.model.Specializer` protocol: the variant's program."""
+        return resolve(self.variant_for(given), given)

@@ -1,0 +1,82 @@
+"""Small ONNX graphs with symbolic dimensions for the dynamic-shape tests."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _model(nodes, inputs, outputs, inits, opset: int = 17):
+    g = helper.make_graph(nodes, "dyn", inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def conv_matmul_reshape(rng: np.random.Generator, channels: int = 3, hidden: int = 5):
+    """x[batch, C, H, width] -> Conv 3x3 (pad 1) -> Relu -> Reshape to [batch, hidden, H*width] (the
+    target shape built from Shape ops) -> Transpose -> MatMul with [hidden, 7] -> + bias.
+    Output [batch, H*width, 7]; ``batch`` and ``width`` are symbolic, H is 4."""
+    w = rng.standard_normal((hidden, channels, 3, 3)).astype(np.float32)
+    m = rng.standard_normal((hidden, 7)).astype(np.float32)
+    b = rng.standard_normal((7,)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Shape", ["r"], ["s"]),
+        helper.make_node("Slice", ["s", "i0", "i2", "i0"], ["bc"]),  # [batch, hidden]
+        helper.make_node("Concat", ["bc", "m1"], ["tshape"], axis=0),  # [batch, hidden, -1]
+        helper.make_node("Reshape", ["r", "tshape"], ["flat"]),
+        helper.make_node("Transpose", ["flat"], ["t"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["t", "m"], ["mm"]),
+        helper.make_node("Add", ["mm", "b"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(a, n) for n, a in [
+        ("w", w), ("m", m), ("b", b), ("i0", np.array([0], np.int64)), ("i2", np.array([2], np.int64)),
+        ("m1", np.array([-1], np.int64))]]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", channels, 4, "width"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", None, 7])
+    return _model(nodes, [x], [y], inits)
+
+
+def two_inputs_shared_symbol(rng: np.random.Generator):
+    """a[batch, seq, 8] and mask[batch, seq]: y = Softmax(a @ W, axis=-1) * mask[..., None],
+    reduced over seq -> [batch, 6]. ``batch`` and ``seq`` tie the two inputs together."""
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["a", "w"], ["p"]),
+        helper.make_node("Softmax", ["p"], ["sm"], axis=-1),
+        helper.make_node("Unsqueeze", ["mask", "ax"], ["m3"]),
+        helper.make_node("Mul", ["sm", "m3"], ["prod"]),
+        helper.make_node("ReduceSum", ["prod", "ax1"], ["y"], keepdims=0),
+    ]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([-1], np.int64), "ax"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax1")]
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", "seq", 8])
+    mask = helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6])
+    return _model(nodes, [a, mask], [y], inits)
+
+
+def if_on_value(rng: np.random.Generator):
+    """x[batch, 16], rate (int64 scalar): ``If rate == 16000`` takes a branch with an MLP of width
+    32, else one of width 8 (different intermediate and output shapes, as a voice-activity
+    detector's per-sample-rate LSTMs). Output: [batch, 32] or [batch, 8]."""
+    w1 = rng.standard_normal((16, 32)).astype(np.float32)
+    w2 = rng.standard_normal((16, 8)).astype(np.float32)
+
+    def branch(name: str, w: np.ndarray):
+        out = helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)
+        nodes = [helper.make_node("MatMul", ["x", f"{name}_w"], [f"{name}_p"]),
+                 helper.make_node("Tanh", [f"{name}_p"], [f"{name}_y"])]
+        return helper.make_graph(nodes, name, [], [out], [numpy_helper.from_array(w, f"{name}_w")])
+
+    nodes = [
+        helper.make_node("Equal", ["rate", "sr16k"], ["is16k"]),
+        helper.make_node("If", ["is16k"], ["y"], then_branch=branch("wide", w1), else_branch=branch("narrow", w2)),
+    ]
+    inits = [numpy_helper.from_array(np.array(16000, np.int64), "sr16k")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])
+    rate = helper.make_tensor_value_info("rate", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    return _model(nodes, [x, rate], [y], inits)
