@@ -65,6 +65,7 @@ __all__ = [
     "cpu",
     "cuda",
     "device",
+    "from_torch",
     "load",
     "load_module",
     "lower",
@@ -74,3 +75,18 @@ __all__ = [
     "tune",
     "tune_kernel",
 ]
+
+
+def from_torch(module: object, example_inputs: object, **options: object) -> object:
+    """A ``torch.nn.Module`` compiled by ember for ``example_inputs``: a callable taking and
+    returning torch tensors (``ember.torch_backend.from_torch``; options ``target``,
+    ``precision``, ``cuda_graphs``, ``fallback``, ``max_variants``). Imports torch (ember itself
+    does not); ``torch.compile(module, backend="ember")`` is the same backend. See docs/torch.md."""
+    try:
+        from .torch_backend import from_torch as _from_torch
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        raise EmberError("ember.from_torch needs PyTorch, which is not installed: pip install 'ember[torch]' "
+                         "(or torch)") from exc
+    return _from_torch(module, example_inputs, **options)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,8 @@ class ExecutionContext:
         #: Calls of this context answered by replaying its graph (graphs captured: ``captures``).
         self.replays = 0
         self.captures = 0
+        # I/O binding by address (run_addresses): its plan, buffers and graph, apart from the above.
+        self._io: Any = None
 
     @property
     def labels(self) -> list[str]:
@@ -207,7 +210,7 @@ class ExecutionContext:
             self._graph = None
             self._allocate_fixed(env)
             self._run_steps(dict(env), None, self._fixed)
-            if self._capture(env):
+            if self._capture(lambda: self._run_steps(dict(env), None, self._fixed)):
                 self._graph_key = key
             # Where the steps leave the outputs (all buffers of the context or the program).
             env.update(self._views)
@@ -223,9 +226,10 @@ class ExecutionContext:
         copy = self.mem.copy
         return [copy(a) for a in self._graph_outputs]
 
-    def _capture(self, env: dict[str, Any]) -> bool:
-        """Capture the launches of one run into ``self._graph`` (nothing runs); False (and one
-        warning for the model) when the driver refuses."""
+    def _capture(self, launch: Callable[[], Any], into_io: bool = False) -> bool:
+        """Capture the launches ``launch()`` queues on the context's stream into
+        ``self._graph`` (``into_io``: the graph of :meth:`run_addresses`); nothing runs. False
+        (and one warning for the model) when the driver refuses."""
         drv = self.device.driver()
         state = self._graph_state
         # No garbage is collected during the capture (a cuMemFree would invalidate it).
@@ -236,7 +240,7 @@ class ExecutionContext:
             drv.begin_capture(self._stream, "thread_local")
             captured = False
             try:
-                self._run_steps(dict(env), None, self._fixed)
+                launch()
                 captured = True
             finally:
                 if not captured:  # leave capture mode; the launch's own error is the one to report
@@ -253,7 +257,10 @@ class ExecutionContext:
         finally:
             if gc_was_on:
                 gc.enable()
-        self._graph = graph
+        if into_io:
+            self._io.graph = graph
+        else:
+            self._graph = graph
         if graph is None:
             return False
         self.captures += 1
@@ -270,6 +277,128 @@ class ExecutionContext:
                 if a not in placed and a not in self._fixed:
                     info = values[a]
                     self._fixed[a] = self.mem.empty(tuple(info["shape"]), info["dtype"])
+
+    # -- I/O binding by address (frameworks' tensors: ember.torch_backend) ---------------------
+    def run_addresses(self, inputs: Sequence[int], outputs: Sequence[int], stream: int | None = None,
+                      graph: bool = True) -> None:
+        """Run the program on buffers the caller owns, given by address: ``inputs`` one per
+        program input (compact row-major memory of its planned shape and dtype on this context's
+        device), ``outputs`` one per output, where its value is written. The caller checks
+        shapes, dtypes and devices; addresses carry no metadata (:mod:`ember.model.io_binding`).
+
+        On the CPU the kernels run in the calling thread and read and write those buffers in
+        place. On CUDA the work is queued on ``stream`` (a ``CUstream`` handle of the caller's,
+        such as ``torch.cuda.current_stream().cuda_stream``; 0 or None: the legacy default
+        stream) and nothing waits on the host. With ``graph`` (and CUDA graphs available), the
+        first call runs the kernels and captures them into a graph over the context's fixed
+        buffers; later calls copy the inputs in, replay the graph and copy the outputs out, all
+        on ``stream``. Without, the kernels read and write the caller's buffers directly."""
+        io = self._io_state()
+        plan = io.plan
+        if self._stream is None:  # the host, or a GPU driver without streams
+            table = plan.table(inputs, outputs)
+            plan.launch(table)
+            plan.copy_out(table, self._copier(None))
+            return
+        drv = self.device.driver()
+        caller = drv.external_stream(int(stream or 0), self.device.index)
+        if io.last_stream is not caller:
+            # The first call: constants were uploaded on the legacy default stream; later, the
+            # previous call's stream may still be using the context's buffers.
+            io.event.record(io.last_stream)
+            caller.wait(io.event)
+        io.last_stream = caller
+        if graph and self.graphs_available():
+            if io.graph is None:
+                self._capture_io(io, inputs, outputs, caller)
+                return
+            copy = self._copier(caller)
+            for dst, src, nbytes in zip(io.inputs, inputs, io.in_bytes):
+                copy(dst, src, nbytes)
+            io.graph.launch(caller)
+            for dst, src, nbytes in zip(outputs, io.outputs, io.out_bytes):
+                copy(dst, src, nbytes)
+            self.replays += 1
+            return
+        prev = drv.set_stream(caller)
+        try:
+            table = plan.table(inputs, outputs)
+            plan.launch(table)
+            plan.copy_out(table, self._copier(caller))
+        finally:
+            drv.set_stream(prev)
+
+    def _io_state(self) -> Any:
+        if self._io is None:
+            from .io_binding import AddressPlan, IOState
+
+            keep: list[Any] = []
+            values = self.program.plan["values"]
+
+            def allocate(name: str) -> int:
+                info = values[name]
+                buf = self.mem.empty(tuple(info["shape"]), info["dtype"])
+                keep.append(buf)
+                return self.mem.ptr(buf)
+
+            self._io = IOState(AddressPlan(self.program, self._ptrs, allocate), keep)
+            if self._stream is not None:
+                self._io.event = self.device.driver().Event(self.device.index, timing=False)
+        return self._io
+
+    def _copier(self, stream: Any) -> Callable[[int, int, int], None]:
+        """``copy(dst, src, nbytes)`` between buffers of this context's device (queued on
+        ``stream`` on CUDA)."""
+        if stream is None and self._stream is None and self.on_host:
+            import ctypes
+
+            return lambda dst, src, n: ctypes.memmove(dst, src, n)
+        drv, index = self.device.driver(), self.device.index
+        if stream is None:
+            return lambda dst, src, n: drv.memcpy_dtod(dst, src, n, index)
+        return lambda dst, src, n: drv.memcpy_dtod_async(dst, src, n, stream, index)
+
+    def _capture_io(self, io: Any, inputs: Sequence[int], outputs: Sequence[int], caller: Any) -> None:
+        """The first graph-mode call of :meth:`run_addresses`: on the context's own stream (after
+        the caller's stream), copy the inputs into fixed buffers, run the kernels into fixed
+        outputs (kernels loaded, workspaces allocated), capture the same launches, copy the
+        outputs to the caller's buffers; the caller's stream then waits for all of it. A capture
+        that fails leaves the model on plain launches (one warning); this call's answer stands."""
+        from .io_binding import value_bytes
+
+        plan, mem, own = io.plan, self.mem, self._stream
+        values = self.program.plan["values"]
+        if not io.inputs:
+            for names, addrs, sizes in ((plan.input_names, io.inputs, io.in_bytes),
+                                        (plan.output_names, io.outputs, io.out_bytes)):
+                for name in names:
+                    info = values[name]
+                    buf = mem.empty(tuple(info["shape"]), info["dtype"])
+                    io.keep.append(buf)
+                    addrs.append(mem.ptr(buf))
+                    sizes.append(value_bytes(info))
+        drv = self.device.driver()
+        io.event.record(caller)
+        own.wait(io.event)
+        copy = self._copier(own)
+        for dst, src, nbytes in zip(io.inputs, inputs, io.in_bytes):
+            copy(dst, src, nbytes)
+        table = plan.table(io.inputs, io.outputs)
+
+        def launch() -> None:
+            plan.launch(table)
+            plan.copy_out(table, copy)
+
+        prev = drv.set_stream(own)
+        try:
+            launch()  # this call's answer, and the warm-up
+            self._capture(launch, into_io=True)
+        finally:
+            drv.set_stream(prev)
+        for dst, src, nbytes in zip(outputs, io.outputs, io.out_bytes):
+            copy(dst, src, nbytes)
+        io.event.record(own)
+        caller.wait(io.event)
 
     def replay(self) -> None:
         """Launch the captured graph as it is (no input or output copies; nothing waits): what a

@@ -95,6 +95,7 @@ def _declare(lib: Any) -> None:
         "cuDeviceTotalMem_v2": [P(c_size_t), c_int],
         "cuDevicePrimaryCtxRetain": [P(c_void_p), c_int],
         "cuCtxSetCurrent": [c_void_p],
+        "cuCtxGetCurrent": [ctypes.POINTER(c_void_p)],
         "cuCtxSynchronize": [],
         "cuMemAlloc_v2": [P(c_uint64), c_size_t],
         "cuMemFree_v2": [c_uint64],
@@ -340,6 +341,7 @@ class Stream:
     def __init__(self, index: int = 0, non_blocking: bool = False):
         self.index = index
         self.handle = c_void_p()
+        self._owned = True
         flags = CU_STREAM_NON_BLOCKING if non_blocking else 0
         check(activate(index).cuStreamCreate(ctypes.byref(self.handle), flags), "cuStreamCreate")
 
@@ -362,10 +364,46 @@ class Stream:
 
     def __del__(self) -> None:
         try:
-            if self.handle:
+            if self.handle and getattr(self, "_owned", True):
                 activate(self.index).cuStreamDestroy_v2(self.handle)
         except (DeviceError, OSError, AttributeError, TypeError):  # a lost context, or interpreter shutdown
             pass
+
+
+_external: dict[tuple[int, int], Stream] = {}
+
+
+def external_stream(handle: int, index: int = 0) -> Stream:
+    """A :class:`Stream` for a stream another library owns on device ``index`` (PyTorch's
+    ``torch.cuda.current_stream().cuda_stream``; 0: the legacy default stream). ember never
+    destroys it. The same handle gives the same object, so the workspaces ember keeps with a
+    stream are reused from call to call."""
+    key = (int(index), int(handle))
+    s = _external.get(key)
+    if s is None:
+        activate(index)
+        s = Stream.__new__(Stream)
+        s.index = int(index)
+        s.handle = c_void_p(int(handle) or None)
+        s._owned = False
+        with _lock:
+            s = _external.setdefault(key, s)
+    return s
+
+
+def current_context() -> int:
+    """The address of the CUDA context current in this thread (0 when none): after
+    :func:`activate`, device ``index``'s primary context, the one PyTorch and the CUDA runtime use."""
+    lib = _load()
+    ctx = c_void_p()
+    check(lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+    return int(ctx.value or 0)
+
+
+def primary_context(index: int) -> int:
+    """The address of device ``index``'s primary context as ember holds it."""
+    activate(index)
+    return int(_contexts[index].value or 0)
 
 
 class Event:
