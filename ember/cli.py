@@ -13,6 +13,10 @@ def main(argv: list[str] | None = None) -> int:
         from .hipify.cli import main as hipify_main
 
         return hipify_main(argv[1:])
+    if argv and argv[0] == "tune":
+        from .tune.cli import main as tune_main
+
+        return tune_main(argv[1:])
     parser = argparse.ArgumentParser(prog="ember", description="ember: an open deep-learning compiler")
     sub = parser.add_subparsers(dest="command")
     demo = sub.add_parser("demo", help="classify a cat photo with EfficientNet-Lite0 compiled by ember")
@@ -29,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--opt-level", type=int, default=2, help="PassContext opt level (default 2)")
     ex.add_argument("--disable", action="append", default=[], metavar="PASS", help="disable a pass (repeatable)")
     sub.add_parser("hipify", help="translate CUDA sources to HIP (ember hipify --help)")
+    sub.add_parser("tune", help="auto-tune a model's kernels; ember.compile applies the records (ember tune --help)")
     sub.add_parser("version", help="print ember's version")
     args = parser.parse_args(argv)
     if args.command == "demo":

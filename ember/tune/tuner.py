@@ -83,6 +83,8 @@ class TuneResult:
     elapsed: float = 0.0
     interrupted: bool = False
     measured: bool = True
+    built: int = 0
+    build_failed: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -321,6 +323,8 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
                 outcomes = executor.run(i, cfgs)
                 recs = []
                 for cfg, (b, m) in zip(cfgs, outcomes):
+                    result.built += b.parts is not None
+                    result.build_failed += b.parts is None
                     seconds = m.seconds if m is not None else None
                     error = (m.error if m is not None else b.error) or (None if seconds else "not measured")
                     searches[i].add(cfg, seconds)
@@ -344,16 +348,18 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
         if executor is not None:
             executor.close()
         tdb.close()
-    result.tasks = [_task_result(t, s) for t, s in zip(tasks, searches)]
+    result.tasks = [_task_result(t, s, measuring) for t, s in zip(tasks, searches)]
+    if not measuring:
+        result.notes.append(f"{result.built} candidate(s) built, {result.build_failed} failed to build")
     result.elapsed = time.monotonic() - t0
     return result
 
 
-def _task_result(task: Task, search: TaskSearch) -> TaskResult:
+def _task_result(task: Task, search: TaskSearch, measuring: bool = True) -> TaskResult:
     from .search import config_key
 
     r = TaskResult(task.name, task.workload, task.weight, task.flops, trials=len(search.measured))
-    r.invalid = sum(1 for _, s in search.measured.values() if s is None)
+    r.invalid = sum(1 for _, s in search.measured.values() if s is None) if measuring else 0
     best = search.best
     if best is not None:
         r.best_seconds, r.best_config = best[1], best[0].to_json()

@@ -1,0 +1,91 @@
+"""Measurement contains failures: a wrong result, a hang and a crash of a candidate are recorded as
+invalid and the measuring process is replaced; the tuner goes on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember import te
+from ember.backends import backend_for
+from ember.target import Target
+from ember.tune import kernel_task
+from ember.tune.measure import LocalBuilder, Runner
+from ember.tune.task import FUNC_NAME
+
+N = 64
+
+
+def _parts(body) -> dict[str, bytes]:
+    A = te.placeholder((N,), name="A")
+    B = te.compute((N,), lambda i: body(A, i), name="B")
+    s = te.create_schedule(B.op)
+    return backend_for("llvm").compile([ember.lower(s, [A, B], FUNC_NAME, target=Target("llvm"))], Target("llvm"))
+
+
+def _copy_task():
+    A = te.placeholder((N,), name="A")
+    B = te.compute((N,), lambda i: A[i] * 2.0, name="B")
+    from ember.strategy import ConfigSpace
+
+    space = ConfigSpace()
+    space.define_knob("unused", [0])
+    return kernel_task(lambda cfg: te.create_schedule(B.op), [A, B], "llvm", space, name="test.copy")
+
+
+def test_wrong_hanging_and_crashing_candidates_are_invalid():
+    task = _copy_task()
+    ref = _parts(lambda A, i: A[i] * 2.0)
+    r = Runner(task.target, timeout=4.0, repeats=2, min_repeat_s=0.005)
+    try:
+        good = r.measure(task, ref, _parts(lambda A, i: A[i] + A[i]))
+        assert good.error is None and good.seconds and good.seconds > 0
+        wrong = r.measure(task, ref, _parts(lambda A, i: A[i] * 2.0 + 1e-2))
+        assert wrong.seconds is None and wrong.error.startswith("wrong result")
+        k = te.reduce_axis((0, (1 << 31) - 1), name="k")  # 1.4e11 additions: far past the timeout
+        hang = r.measure(task, ref, _parts(lambda A, i: te.sum(A[(i + k) % N], axis=k)))
+        assert hang.seconds is None and "no result within" in hang.error
+        crash = r.measure(task, ref, _parts(lambda A, i: A[i * 40_000_000 + 900_000_000] * 2.0))
+        assert crash.seconds is None and "died" in crash.error
+        again = r.measure(task, ref, _parts(lambda A, i: A[i] * 2.0))  # a new measuring process goes on
+        assert again.error is None and r.restarts >= 2
+    finally:
+        r.close()
+
+
+def test_build_failures_are_results_not_exceptions():
+    task = _copy_task()
+    b = LocalBuilder([task], workers=1, timeout=60)
+    try:
+        ok, bad = b.build([(0, task.space.default.to_json()), (0, {"index": -1, "knobs": {"unused": {"val": 5}}})])
+    finally:
+        b.close()
+    assert ok.parts and ok.error is None
+    assert bad.parts is None and "InvalidConfig" in bad.error
+
+
+def test_runner_checks_against_the_default_output_on_the_same_inputs():
+    """Two candidates computing the same values pass; the reference's inputs are reused (a
+    candidate reading an input it should not sees the same data)."""
+    task = _copy_task()
+    ref = _parts(lambda A, i: A[i] * 2.0)
+    r = Runner(task.target, timeout=30.0, repeats=3, min_repeat_s=0.005)
+    try:
+        results = [r.measure(task, ref, _parts(lambda A, i: A[i] * 2.0)) for _ in range(2)]
+    finally:
+        r.close()
+    assert all(m.error is None and len(m.times) == 3 for m in results)
+    assert np.isfinite([m.seconds for m in results]).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32"])
+def test_tolerance_is_relative_to_the_reference_scale(dtype):
+    from ember.tune.runner import compare
+
+    ref = np.full(100, 1000.0, dtype)
+    assert compare(ref + 0.5, ref, dtype) is None  # 5e-4 of the largest value: a summation order
+    assert compare(ref + 2.0, ref, dtype) is not None
+    poisoned = ref.copy()
+    poisoned[7] = np.nan
+    assert "first at (7,)" in compare(poisoned, ref, dtype)

@@ -1,0 +1,81 @@
+"""End to end on the CPU: a te GEMM and a model tuned, their tuned code checked against NumPy;
+an interrupted `ember tune` keeps its measurements and a second run resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import ember
+from ember.tune import TuningDB, best_config, target_key
+
+from .conftest import gemm_template, matmul_model, reference
+
+
+def test_tune_kernel_gemm_matches_numpy(tmp_path, rng):
+    m, n, k = 37, 45, 29  # no tile of the space divides these
+    schedule, args, space = gemm_template(m, n, k)
+    db = tmp_path / "t.db"
+    result = ember.tune_kernel(schedule, args, "llvm", space=space, trials=8, db=db, name="test.gemm", quiet=True,
+                               repeats=3, batch=8)
+    (task,) = result.tasks
+    assert result.new_trials == 8 and task.trials == 8 and task.best_seconds and task.default_seconds
+    assert task.best_seconds <= task.default_seconds
+    cfg = best_config(schedule, args, "llvm", space, db=db, name="test.gemm")
+    assert cfg.to_json()["knobs"] == task.best_config["knobs"]
+    f = ember.build(schedule(cfg), args, target="llvm")
+    a, b = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((k, n)).astype("float32")
+    c = ember.nd.array(np.full((m, n), np.nan, "float32"))
+    f(ember.nd.array(a), ember.nd.array(b), c)
+    # float32 sums of 29 products against float64: a few ulps of the largest partial sums
+    np.testing.assert_allclose(c.numpy(), a.astype("float64") @ b.astype("float64"), rtol=1e-5, atol=1e-5)
+    with TuningDB(db) as tdb:
+        assert len(tdb.records(target_key("llvm"))) == 8
+
+
+def test_tune_model_then_compile_with_records(tmp_path, rng):
+    model = matmul_model(45, 36, 36, layers=2)
+    db = tmp_path / "t.db"
+    result = ember.tune(model, "llvm", trials=8, db=db, quiet=True, repeats=3)
+    assert len(result.tasks) == 1 and result.tasks[0].weight == 2 and result.latency
+    tuned = ember.compile(model, "llvm", tuning_db=db)
+    x = rng.standard_normal((45, 36)).astype("float32")
+    (y,) = tuned(x)
+    np.testing.assert_allclose(y, reference(model, x), rtol=1e-4, atol=1e-4)
+
+
+def _count(db) -> int:
+    try:
+        with TuningDB(db) as tdb:
+            return len(tdb)
+    except ember.TuningError:
+        return 0
+
+
+def test_ctrl_c_keeps_measurements_and_rerun_resumes(tmp_path):
+    model = tmp_path / "mm.onnx"
+    model.write_bytes(matmul_model(50, 40, 44))
+    db = tmp_path / "t.db"
+    cmd = [sys.executable, "-m", "ember.cli", "tune", str(model), "--trials", "400", "--db", str(db), "--quiet",
+           "--timeout", "30"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    deadline = time.monotonic() + 120
+    while _count(db) < 8 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "interrupted" in out
+    first = _count(db)
+    assert first >= 8
+    again = subprocess.run(cmd[:5] + ["--trials", str(first + 4), "--db", str(db), "--quiet"],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "4 new trial(s)" in again.stdout
+    assert _count(db) == first + 4
