@@ -9,7 +9,9 @@ poisoned (NaN, or an integer sentinel), one run, the checked outputs compared wi
 (float32: within ``1e-3`` of the reference's largest magnitude — different summation orders of a
 reduction differ by far less, a wrong schedule by O(1); float16/bfloat16: ``2e-2``; integers
 exactly), then a warm-up and ``repeats`` timed rounds of ``number`` calls each (``number`` chosen
-so that a round lasts ``min_repeat_s``), answered as the median seconds per call.
+so that a round lasts ``min_repeat_s``), answered as the median seconds per call. A candidate
+whose second call takes more than ``slow_factor`` (8) times the default schedule's is answered
+with that one call's time: it cannot win, and timing it fully would cost many of its slow calls.
 
 The tuner (:class:`ember.tune.measure.Runner`) kills this process when it does not answer within
 its timeout (a hang) and starts a new one when it dies (a crash).
@@ -66,7 +68,8 @@ def compare(got: np.ndarray, ref: np.ndarray, dtype: str) -> str | None:
 
 class _Measurer:
     def __init__(self) -> None:
-        self.tasks: dict[str, tuple[list[Any], list[np.ndarray]]] = {}
+        #: per task: its inputs, the reference outputs and the default schedule's time of one call
+        self.tasks: dict[str, tuple[list[Any], list[np.ndarray], float]] = {}
 
     def _args(self, dev: Any, specs: list[dict[str, Any]], inputs: list[Any]) -> list[Any]:
         from ..runtime.ndarray import array
@@ -82,9 +85,11 @@ class _Measurer:
                 k += 1
         return out
 
-    def _run(self, fn: Any, args: list[Any], dev: Any) -> None:
+    def _run(self, fn: Any, args: list[Any], dev: Any) -> float:
+        t0 = time.perf_counter()
         fn(*args)
         dev.sync()
+        return time.perf_counter() - t0
 
     def measure(self, header: dict[str, Any], blobs: dict[str, bytes]) -> dict[str, Any]:
         from ..runtime.ndarray import array
@@ -102,10 +107,12 @@ class _Measurer:
             ref_mod = backend.load({k[4:]: v for k, v in blobs.items() if k.startswith("ref/")}, tgt)
             args = self._args(dev, specs, inputs)
             self._run(ref_mod[header["func"]], args, dev)
+            outs = [args[k].numpy() for k in checked]
+            ref_s = min(self._run(ref_mod[header["func"]], args, dev) for _ in range(3))
             if len(self.tasks) >= _KEEP_TASKS:
                 self.tasks.pop(next(iter(self.tasks)))
-            self.tasks[task] = (inputs, [args[k].numpy() for k in checked])
-        inputs, refs = self.tasks[task]
+            self.tasks[task] = (inputs, outs, ref_s)
+        inputs, refs, ref_s = self.tasks[task]
         mod = backend.load({k[5:]: v for k, v in blobs.items() if k.startswith("cand/")}, tgt)
         fn = mod[header["func"]]
         args = self._args(dev, specs, inputs)
@@ -114,6 +121,12 @@ class _Measurer:
             why = compare(args[k].numpy(), ref, specs[k]["dtype"])
             if why:
                 return {"status": "wrong", "detail": why}
+        one = self._run(fn, args, dev)
+        slow = float(header.get("slow_factor", 8.0))
+        if one > slow * ref_s and one > 1e-3:
+            # Far slower than the default schedule: its one timed call is answer enough (it cannot
+            # win, and timing it fully would cost the search many calls of it).
+            return {"status": "ok", "seconds": one, "times": [one], "number": 1, "slow": True}
         min_s = float(header.get("min_repeat_s", 0.05))
         number = self._calls_per_round(fn, args, dev, min_s)
         times = []
