@@ -1,13 +1,54 @@
-"""The ``ember`` command: ``ember demo``, ``ember explain MODEL``, ``ember hipify ...``, ``ember version``."""
+"""The ``ember`` command (also ``python -m ember``): a dispatcher over the subcommands.
+
+    ember compile MODEL -o OUT.ember --target ...     compile and save
+    ember run OUT.ember|MODEL --input NAME=FILE.npy   run once, print or save the outputs
+    ember bench MODEL [--compare onnxruntime]         latency table
+    ember profile MODEL [--csv/--trace/--roofline]    per-kernel times, FLOPs, bytes, roofline
+    ember explain MODEL [--kernel NAME]               passes, graphs, one kernel at every level
+    ember compare MODEL --against onnxruntime         every intermediate tensor vs ONNX Runtime
+    ember info                                        devices, toolchains, CPU features
+    ember tune MODEL ...                              auto-tune kernels (ember.tune.cli)
+    ember hipify ...                                  CUDA -> HIP (ember.hipify.cli)
+    ember demo [model|kernels], ember version
+
+Each model subcommand lives in :mod:`ember.commands` (``add_parser`` + ``run``); ``tune`` and
+``hipify`` have their own argument parsers and get the rest of the command line. Exit status: 0
+on success, 1 for an error (``ember COMMAND: message`` on stderr), 2 for bad arguments.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from .commands import bench, compare, explain, info, profile
+from .commands import compile as compile_cmd
+from .commands import run as run_cmd
+
+#: The subcommands built from :mod:`ember.commands`, in the order ``ember --help`` lists them.
+COMMANDS = (compile_cmd, run_cmd, bench, profile, explain, compare, info)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ember", description="ember: an open deep-learning compiler",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="ember COMMAND --help describes each command.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for cmd in COMMANDS:
+        cmd.add_parser(sub)
+    sub.add_parser("tune", help="auto-tune a model's kernels; ember.compile applies the records (ember tune --help)")
+    sub.add_parser("hipify", help="translate CUDA sources to HIP (ember hipify --help)")
+    demo = sub.add_parser("demo", help="classify a cat photo with EfficientNet-Lite0 compiled by ember")
+    demo.add_argument(
+        "what", nargs="?", choices=("model", "kernels"), default="model",
+        help="model (default): EfficientNet-Lite0 next to ONNX Runtime; kernels: vector add and GEMM vs NumPy",
+    )
+    sub.add_parser("version", help="print ember's version")
+    return parser
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``ember`` command."""
+    """Entry point of the ``ember`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "hipify":
         from .hipify.cli import main as hipify_main
@@ -17,24 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         from .tune.cli import main as tune_main
 
         return tune_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="ember", description="ember: an open deep-learning compiler")
-    sub = parser.add_subparsers(dest="command")
-    demo = sub.add_parser("demo", help="classify a cat photo with EfficientNet-Lite0 compiled by ember")
-    demo.add_argument(
-        "what", nargs="?", choices=("model", "kernels"), default="model",
-        help="model (default): EfficientNet-Lite0 next to ONNX Runtime; kernels: vector add and GEMM vs NumPy",
-    )
-    ex = sub.add_parser("explain", help="compile a model with the IR dumped after every pass, and report")
-    ex.add_argument("model", help="an ONNX file")
-    ex.add_argument("--target", default="llvm", help="llvm (default), cuda, rocm, with options")
-    ex.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
-                    help="fix the shape of an input (repeatable)")
-    ex.add_argument("--dump-dir", default=None, help="where the IR dumps go (default: a new temporary directory)")
-    ex.add_argument("--opt-level", type=int, default=2, help="PassContext opt level (default 2)")
-    ex.add_argument("--disable", action="append", default=[], metavar="PASS", help="disable a pass (repeatable)")
-    sub.add_parser("hipify", help="translate CUDA sources to HIP (ember hipify --help)")
-    sub.add_parser("tune", help="auto-tune a model's kernels; ember.compile applies the records (ember tune --help)")
-    sub.add_parser("version", help="print ember's version")
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
         if args.what == "kernels":
@@ -44,38 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         from .model_demo import main as model_demo
 
         return model_demo()
-    if args.command == "explain":
-        return _explain(args, parser)
     if args.command == "version":
         from . import __version__
 
         print(__version__)
         return 0
-    parser.print_help()
-    return 0
-
-
-def _explain(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .errors import EmberError
-    from .explain import explain
-
-    shapes: dict[str, list[int]] = {}
-    for spec in args.input_shape:
-        name, _, dims = spec.partition("=")
-        try:
-            shapes[name] = [int(d) for d in dims.split(",") if d]
-        except ValueError:
-            parser.error(f"--input-shape {spec!r}: give NAME=D0,D1,... with integer dimensions")
-        if not name or not shapes[name]:
-            parser.error(f"--input-shape {spec!r}: give NAME=D0,D1,...")
-    try:
-        result = explain(args.model, target=args.target, input_shapes=shapes or None, dump_dir=args.dump_dir,
-                         opt_level=args.opt_level, disabled_passes=args.disable)
-    except EmberError as exc:
-        print(f"ember explain: {exc}", file=sys.stderr)
-        return 1
-    print(result.report())
-    return 0
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 0
+    return int(func(args))
 
 
 if __name__ == "__main__":

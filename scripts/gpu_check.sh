@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every GPU test (tests/gpu, tests/devices) and every GPU benchmark of ember in one go on a machine with an NVIDIA GPU.
+# Runs every GPU test (tests/gpu, tests/devices, the GPU files of tests/dynamic and tests/profiler) and every GPU benchmark of ember in one go on a machine with an NVIDIA GPU.
 # Needs no network: python3 with numpy, llvmlite, pytest (and torch/triton for the benchmarks).
 # Results go to $OUT (default: ./gpu_check_out): gpu_tests.log, gpu_tests.xml, gpu_bench.json,
 # gpu_bench.md, gpu_bench.log, launch_overhead.json, models_gpu.json/.md, tensorcore_bench.json/.md,
@@ -32,7 +32,7 @@ bench_rc=0
 if [ "$what" != bench ]; then
 workers=""
 $PY -c "import xdist" 2>/dev/null && workers="-n 8"
-$PY -m pytest -q -rs -p no:cacheprovider $workers tests/gpu tests/devices tests/dynamic/test_dynamic_gpu.py --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
+$PY -m pytest -q -rs -p no:cacheprovider $workers tests/gpu tests/devices tests/dynamic/test_dynamic_gpu.py tests/profiler/test_profile_gpu.py --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
 tests_rc=$?
 tail -n 25 "$OUT/gpu_tests.log"
 fi

@@ -134,34 +134,42 @@ class ExecutionContext:
             )
         return value
 
-    def run(self, env: dict[str, Any], times: StepRecorder | None = None, graph: bool = False) -> list[Any]:
+    def run(self, env: dict[str, Any], times: StepRecorder | None = None, graph: bool = False,
+            out: dict[str, Any] | None = None) -> list[Any]:
         """Run every step on ``env`` (from :meth:`bind`); returns the outputs as arrays of this
         device that the caller owns (on a GPU, possibly still being computed on the context's
         stream: :meth:`finish` or :meth:`outputs_to_host` wait). With ``times``
         (:class:`~ember.profiler.recorder.StepRecorder`), each kernel step is timed (kernel by
         kernel, never from a graph). With ``graph`` (and ``env`` bound with ``fixed=True``),
         replays the context's CUDA graph (the first such call runs the steps and captures the
-        graph)."""
+        graph). ``out`` (output name -> array the caller owns, checked by the caller: the
+        output's shape and dtype, on this device or a NumPy array): those outputs are written
+        there — by the kernels themselves where the array is on this device and the plan does
+        not place the value, else copied — and the same arrays are returned."""
         if times is not None:
             times.begin_run(self)
         if self._stream is None:
-            return self._run_steps(env, times, None)
+            return self._run_steps(env, times, None, out)
         drv = self.device.driver()
         prev = drv.set_stream(self._stream)
         try:
             if graph and times is None and self.graphs_available():
-                return self._run_graph(env)
-            return self._run_steps(env, times, None)
+                return self._run_graph(env, out)
+            return self._run_steps(env, times, None, out)
         finally:
             drv.set_stream(prev)
 
     def _run_steps(self, env: dict[str, Any], times: StepRecorder | None,
-                   fixed: dict[str, Any] | None) -> list[Any]:
+                   fixed: dict[str, Any] | None, out: dict[str, Any] | None = None) -> list[Any]:
         """Launch every step. ``fixed``: where values the plan does not place are kept between
-        calls (graph capture); None: fresh arrays for this call."""
+        calls (graph capture); None: fresh arrays for this call. ``out``: as for :meth:`run`."""
         mem = self.mem
         program = self.program
         env.update(self._views)
+        if out:
+            for name, arr in out.items():
+                if name not in env and isinstance(arr, np.ndarray) == self.on_host:
+                    env[name] = arr  # the kernel computing it writes the caller's array
         values = program.plan["values"]
         ptrs_of = self._ptrs
         for j, st in enumerate(program.plan["steps"]):
@@ -196,11 +204,27 @@ class ExecutionContext:
         outs = []
         for name in program.output_names:
             arr = env[name]
+            dst = out.get(name) if out else None
+            if dst is not None:
+                outs.append(dst if arr is dst else self._copy_into(dst, arr))
+                continue
             shared = name in self._views or name in self._consts or name in program.input_names
             outs.append(mem.copy(arr) if shared else arr)
         return outs
 
-    def _run_graph(self, env: dict[str, Any]) -> list[Any]:
+    def _copy_into(self, dst: Any, src: Any) -> Any:
+        """Copy ``src`` (an array of this device) into ``dst`` (the caller's array of this
+        device, or a NumPy array); returns ``dst``."""
+        if isinstance(dst, np.ndarray):
+            np.copyto(dst, src if self.on_host else self.mem.to_host(src))
+        elif self._stream is None:  # a GPU driver without streams (ROCm)
+            dst.copyfrom(src)
+        elif dst.nbytes:
+            self.device.driver().memcpy_dtod_async(dst.data_ptr, src.data_ptr, dst.nbytes, self._stream,
+                                                   self.device.index)
+        return dst
+
+    def _run_graph(self, env: dict[str, Any], out: dict[str, Any] | None = None) -> list[Any]:
         """Replay the context's graph of every launch. Without one for these input addresses,
         run the steps plainly into the context's fixed buffers (this call's answer, and the
         warm-up: kernels loaded, workspaces allocated, nothing left to allocate) and capture
@@ -224,7 +248,8 @@ class ExecutionContext:
             self._graph.launch(self._stream)
             self.replays += 1
         copy = self.mem.copy
-        return [copy(a) for a in self._graph_outputs]
+        names = self.program.output_names
+        return [self._copy_into(out[n], a) if out and n in out else copy(a) for n, a in zip(names, self._graph_outputs)]
 
     def _capture(self, launch: Callable[[], Any], into_io: bool = False) -> bool:
         """Capture the launches ``launch()`` queues on the context's stream into

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -41,9 +41,12 @@ class Specializer(Protocol):
 
 
 def collect_inputs(names: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The inputs given in order and by name as one dict; every name of ``names`` present.
+    """The inputs given in order and by name (or as one mapping, name -> value, the only
+    argument) as one dict; every name of ``names`` present.
 
     Raises :class:`~ember.errors.ArgumentError` naming the extra, duplicate or missing input."""
+    if len(args) == 1 and isinstance(args[0], Mapping) and not kwargs:
+        args, kwargs = (), dict(args[0])
     if len(args) > len(names):
         raise ArgumentError(f"the model takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
     given = dict(zip(names, args))
@@ -208,24 +211,33 @@ class Model:
         return ctx
 
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], on_device: bool,
-             times: StepRecorder | None = None, repeat: int = 1) -> list[Any]:
+             times: StepRecorder | None = None, repeat: int = 1, outputs: Any = None) -> list[Any]:
         given = collect_inputs(self.input_names, args, kwargs)
         variant_for = getattr(self._specializer, "variant_for", None)
         if variant_for is not None:  # one whole model per input shape (ember.model.dynamic)
             variant = variant_for(given)
             variant.cuda_graphs = self.cuda_graphs
             variant._device = getattr(self, "_device", None)
-            return variant._run((), given, on_device, times, repeat)
+            return variant._run((), given, on_device, times, repeat, outputs)
         if self._program is not None:
             program, sub, regroup = self._program, given, None
         else:
             program, sub, regroup = self._specializer.program_for(given)  # type: ignore[union-attr]
         ctx = self.context(program)
+        out = None
+        if outputs is not None:
+            if regroup is not None:
+                raise ArgumentError("outputs=: this model's outputs are sequences or optional values, which cannot "
+                                    "be written into preallocated arrays")
+            out = _bind_outputs(program, outputs, ctx.device)
         graph = self.cuda_graphs and times is None and ctx.graphs_available()
         env = ctx.bind({n: sub[n] for n in program.input_names}, fixed=graph)
         outs: list[Any] = []
         for _ in range(repeat):
-            outs = ctx.run(dict(env), times, graph=graph)
+            outs = ctx.run(dict(env), times, graph=graph, out=out)
+        if out is not None:
+            ctx.finish()
+            return [o if n in out else ctx.to_host(o) for n, o in zip(program.output_names, outs)]
         if on_device:
             ctx.finish()  # the outputs are complete when the call returns
             outs = [_as_ndarray(o) if ctx.on_host else o for o in outs]
@@ -238,9 +250,17 @@ class Model:
         arrays (lists and None for sequence and optional outputs)."""
         return self._run(args, kwargs, on_device=False)
 
-    def run(self, *args: Any, **kwargs: Any) -> list[Any]:
-        """The same as calling the model."""
-        return self._run(args, kwargs, on_device=False)
+    def run(self, *args: Any, outputs: Sequence[Any] | Mapping[str, Any] | None = None, **kwargs: Any) -> list[Any]:
+        """The same as calling the model (inputs in order, by name, or as one dict), and with
+        ``outputs`` (I/O binding) the outputs are written into arrays the caller allocated: a
+        list in output order (None: not bound) or a dict by output name. Each is a NumPy array
+        (C-contiguous, writeable) or, for a GPU model, an ember array on the model's device, of
+        the output's shape and dtype (:class:`~ember.errors.ArgumentError` naming the output,
+        what it expects and what it got, otherwise). Kernels write straight into arrays on the
+        model's device; others are filled by a copy. Returns the outputs: the bound arrays
+        themselves, NumPy arrays for the others. (``outputs`` is a keyword of this method: pass
+        an input called ``outputs`` in order or in the dict.)"""
+        return self._run(args, kwargs, on_device=False, outputs=outputs)
 
     def run_on_device(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Run the model; the outputs stay on the model's device as ember arrays (DLPack
@@ -299,3 +319,47 @@ def _as_ndarray(o: np.ndarray) -> Any:
     from ..runtime.ndarray import NDArray, cpu
 
     return NDArray(np.require(o, requirements="C"), as_dtype(str(o.dtype)), cpu(0))
+
+
+def _bind_outputs(program: Program, outputs: Any, device: Device) -> dict[str, Any]:
+    """``outputs`` of :meth:`Model.run` as name -> array, each checked against ``program``'s
+    output (shape, dtype, device, memory layout); ArgumentError naming what is wrong."""
+    specs = program.outputs
+    names = [s.name for s in specs]
+    if isinstance(outputs, Mapping):
+        for k in outputs:
+            if k not in names:
+                raise ArgumentError(f"outputs=: the model has no output {k!r} (outputs: {', '.join(names)})")
+        given = {k: v for k, v in outputs.items() if v is not None}
+    elif isinstance(outputs, (list, tuple)):
+        if len(outputs) != len(specs):
+            raise ArgumentError(f"outputs=: the model has {len(specs)} output(s) ({', '.join(names)}), "
+                                f"got {len(outputs)} array(s)")
+        given = {n: v for n, v in zip(names, outputs) if v is not None}
+    else:
+        raise ArgumentError(f"outputs= takes a list (in output order) or a dict by output name, "
+                            f"not {type(outputs).__name__}")
+    for spec in specs:
+        arr = given.get(spec.name)
+        if arr is None:
+            continue
+        try:
+            want_dt = np.dtype(spec.dtype)
+        except TypeError as exc:
+            raise ArgumentError(f"output {spec.name!r} has dtype {spec.dtype}, which NumPy lacks: leave it unbound "
+                                "(the call returns it)") from exc
+        want = f"shape {tuple(spec.shape)} and dtype {want_dt}"
+        shape, dt = tuple(getattr(arr, "shape", ())), str(getattr(arr, "dtype", type(arr).__name__))
+        if isinstance(arr, np.ndarray):
+            if not arr.flags.c_contiguous or not arr.flags.writeable:
+                raise ArgumentError(f"output {spec.name!r}: the array must be C-contiguous and writeable "
+                                    "(np.empty(shape, dtype) is)")
+        elif device.kind == "cpu" or not hasattr(arr, "data_ptr"):
+            raise ArgumentError(f"output {spec.name!r}: expected a NumPy array{'' if device.kind == 'cpu' else ' or '}"
+                                f"{'' if device.kind == 'cpu' else f'an ember array on {device}'} with {want}, got a "
+                                f"{type(arr).__name__}")
+        elif arr.device != device:
+            raise ArgumentError(f"output {spec.name!r}: the array is on {arr.device}, the model runs on {device}")
+        if shape != tuple(spec.shape) or dt != str(want_dt):
+            raise ArgumentError(f"output {spec.name!r}: expected {want}, got shape {shape} and dtype {dt}")
+    return given

@@ -203,6 +203,20 @@ class ProfileResult:
             lines.append(f"... {len(self.kernels) - top} more kernel(s)")
         return "\n".join(lines)
 
+    def node_table(self, top: int | None = None) -> str:
+        """The ONNX nodes in execution order with the kernel computing each and that kernel's
+        time (nodes fused into one kernel share it: see the module docstring)."""
+        if not self.timed:
+            return self.table()
+        head = f"{'node':<28} {'op':<16} {'kernel':<32} {'fused':>5} {'avg us':>9} {'GFLOP/s':>9}"
+        lines = [self.table(top=0).split("\n\n")[0], "", head, "-" * len(head)]
+        for n in self.nodes[:top]:
+            lines.append(f"{n.name[:28]:<28} {n.op[:16]:<16} {n.kernel[:32]:<32} {n.fused_with:>5} "
+                         f"{n.stats.avg_ns / 1e3:>9.1f} {_opt(n.stats.gflops, 9, 1)}")
+        if top is not None and len(self.nodes) > top:
+            lines.append(f"... {len(self.nodes) - top} more node(s)")
+        return "\n".join(lines)
+
     # -- files -----------------------------------------------------------------------------------
     def csv_rows(self) -> list[dict[str, Any]]:
         """One dict per kernel with :data:`ROCPROF_COLUMNS` then :data:`EXTRA_COLUMNS` (empty

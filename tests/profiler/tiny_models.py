@@ -10,7 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 def _model(nodes: list, inputs: list, outputs: list, inits: list[np.ndarray], names: list[str]) -> onnx.ModelProto:
     g = helper.make_graph(nodes, "tiny", inputs, outputs,
                           [numpy_helper.from_array(a, n) for a, n in zip(inits, names)])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    # IR version 10: what ONNX Runtime 1.20+ reads (onnx 1.23 writes 14 by default)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     onnx.checker.check_model(m)
     return m
 
@@ -50,3 +51,15 @@ def two_inputs(n: int = 4, d: int = 6) -> onnx.ModelProto:
     vi = helper.make_tensor_value_info
     return _model(nodes, [vi("a", TensorProto.FLOAT, [n, d]), vi("b", TensorProto.FLOAT, [n, d])],
                   [vi("s", TensorProto.FLOAT, [n, d]), vi("p", TensorProto.FLOAT, [n, d])], [], [])
+
+
+def reshaped(n: int = 6, d: int = 10) -> onnx.ModelProto:
+    """x[n, d] -> Relu -> Reshape to [d, n] -> y, and Sigmoid -> z: output y is a view of a
+    kernel's result (the plan places it), z a kernel's own output."""
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "shape"], ["y"], name="reshape"),
+             helper.make_node("Sigmoid", ["r"], ["z"], name="sigmoid")]
+    return _model(nodes, [vi("x", TensorProto.FLOAT, [n, d])],
+                  [vi("y", TensorProto.FLOAT, [d, n]), vi("z", TensorProto.FLOAT, [n, d])],
+                  [np.array([d, n], np.int64)], ["shape"])
