@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..profiler import device_peaks
 from .common import add_input_options, add_model_options, model_inputs, open_model, reported
 
 
@@ -24,7 +25,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="per-kernel statistics (rocprof --stats columns first)")
     p.add_argument("--trace", default=None, metavar="TRACE.json", help="Chrome trace (Perfetto, chrome://tracing)")
     p.add_argument("--roofline", default=None, metavar="ROOFLINE.png", help="roofline plot (needs matplotlib)")
-    p.add_argument("--no-peaks", action="store_true", help="do not measure the device's peaks (no roofline columns)")
+    peaks = p.add_mutually_exclusive_group()
+    peaks.add_argument("--no-peaks", action="store_true", help="leave out the roofline columns (no peaks measured)")
+    peaks.add_argument("--measure-peaks", action="store_true",
+                       help="measure the device's peaks again (they are measured once and cached)")
     p.set_defaults(func=run)
 
 
@@ -33,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     with reported("profile") as status:
         model, _ = open_model(args)
         feeds = model_inputs(args, model)
+        if args.measure_peaks:
+            device_peaks(model.device, refresh=True)
         prof = model.profile(feeds, repeat=args.repeat, warmup=args.warmup, peaks=not args.no_peaks)
         print(prof.table(top=args.top) if args.by == "kernel" else prof.node_table(top=args.top))
         if args.csv:

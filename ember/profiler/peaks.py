@@ -108,13 +108,16 @@ def _num(x: Any) -> float | None:
     return None if x is None else float(x)
 
 
-def device_peaks(device: Any, cache_dir: str | os.PathLike[str] | None = None, measure: bool = True) -> Peaks:
+def device_peaks(device: Any, cache_dir: str | os.PathLike[str] | None = None, measure: bool = True,
+                 refresh: bool = False) -> Peaks:
     """The peaks of ``device`` (an ember Device): from the cache, else measured now (about a
-    second) and cached, else (``measure=False`` or nothing to measure with) the datasheet."""
+    second) and cached, else (``measure=False`` or nothing to measure with) the datasheet.
+    ``refresh`` measures again and replaces the cached figures (after a measurement on a busy
+    machine)."""
     name = device_name(device)
     key = f"{device.kind}:{name}"
     path = _cache_file(cache_dir)
-    cached = _from_json(_read(path).get(key))
+    cached = None if refresh else _from_json(_read(path).get(key))
     if cached is not None:
         return cached
     if not measure:
