@@ -20,6 +20,7 @@ from ..ir import expr as E
 from ..te import Tensor
 from .depthwise import depthwise_conv2d, is_depthwise
 from .layout import Layout, host_layout
+from .packed_lowp import lowp_matmul
 from .reduce import acc_dtype, reduce_tensor
 from .registry import OpContext, register
 from .transform import pad_tensor
@@ -48,6 +49,9 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul", strategy: Layout |
     if intrin is None and len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) == "float32" and K >= 16 \
             and N >= 16 and M * N >= 256:
         return _matmul_packed(a, b, batch, M, K, N, strategy or host_layout())
+    if intrin is None and len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) in ("float16", "bfloat16") \
+            and K >= 16 and N >= 16 and M * N * K >= 4096:
+        return lowp_matmul(a, b, M, K, N, strategy or host_layout())  # converted while packing
     if intrin is not None and not a1 and not b1 and K >= 16 and N >= 16 and M * N >= 256:
         lead = ea[:-2]
 

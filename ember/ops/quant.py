@@ -26,6 +26,7 @@ from ..te import Tensor
 from . import lowp
 from .elemwise import onnx_dtype
 from .nn import conv_pads, conv_tensor
+from .packed_lowp import packed_product, wide_copy
 from .registry import NeedValue, OpContext, register
 from .util import bcast_load, broadcast_shapes, cast, compute, dtype_of, ints, norm_axis, shape, uname
 
@@ -286,9 +287,32 @@ def matmul_integer(
     ctx: OpContext, a: Tensor, b: Tensor, azp: Tensor | None = None, bzp: Tensor | None = None
 ) -> Tensor:
     """ONNX MatMulInteger: int32 ``(A - a_zero_point) @ (B - b_zero_point)``."""
-    _check_int8(ctx, a, b)
-    ai = _minus_zp(a, _matmul_zp(ctx, a, azp, True), "mmi_a")
-    bi = _minus_zp(b, _matmul_zp(ctx, b, bzp, False), "mmi_b")
+    _check_int8(ctx, a, b, azp, bzp)
+    for zp, t, what in ((azp, a, "a_zero_point"), (bzp, b, "b_zero_point")):
+        if zp is not None and dtype_of(zp) != dtype_of(t):
+            raise ctx.fail(f"{what} has type {dtype_of(zp)} but its operand is {dtype_of(t)}: they must be the same")
+    az, bz = _matmul_zp(ctx, a, azp, True), _matmul_zp(ctx, b, bzp, False)
+    sa, sb = shape(a), shape(b)
+    if len(sa) >= 2 and len(sb) == 2 and sa[-1] == sb[0] and sa[-1] >= 4 and sb[1] >= 16:
+        # the packed GEMM: B - b_zero_point packed as int32 panels, A - a_zero_point read as int32
+        lead = sa[:-2]
+
+        def a_int(*idx: Any) -> E.PrimExpr:
+            v = cast(a[idx], "int32")
+            return v - cast(az(idx), "int32") if az is not None else v
+
+        a32 = wide_copy(a, a_int, "mmi_a")
+
+        def a_at(li: tuple[Any, ...], m: Any, kk: Any) -> E.PrimExpr:
+            return a32[tuple(li) + (m, kk)]
+
+        def b_at(kk: Any, n: Any) -> E.PrimExpr:
+            v = cast(b[kk, n], "int32")
+            return v - cast(bz((kk, n)), "int32") if bz is not None else v
+
+        return packed_product(a_at, b_at, lead, sa[-2], sa[-1], sb[1], "int32", ctx.strategy, "mmi")
+    ai = _minus_zp(a, az, "mmi_a")
+    bi = _minus_zp(b, bz, "mmi_b")
     return _int_matmul(ai, bi)
 
 

@@ -1,0 +1,108 @@
+"""Matrix products of narrow types on the packed GEMM: the right operand converted while it is
+packed, the product accumulated in a wide type.
+
+The float32 product (:func:`ember.ops.nn.matmul_tensor`) packs a 2-D right operand into
+``nr``-wide column panels ``[N / nr, K, nr]`` (stage tag ``"gemm_pack"``, folded at compile time
+when the operand is a constant) and computes over whole panels in a stage tagged
+``"conv_packed"``, which the CPU strategy schedules as its register-tiled GEMM. The same
+structure serves the narrow types: the panels hold the operand already converted to the
+accumulation type (int8/uint8 minus its zero point as int32; float16/bfloat16 as float32), and
+the left operand is converted as it is read, so the kernel's inner loop is the wide type's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import te
+from ..ir import expr as E
+from ..te import Tensor
+from .layout import Layout
+from .util import cast, compute, const_like, uname
+
+#: ``a_at(batch_index, m, k)`` / ``b_at(k, n)``: an element of an operand, already in the
+#: accumulation type.
+ALoad = Callable[[tuple[Any, ...], Any, Any], E.PrimExpr]
+BLoad = Callable[[Any, Any], E.PrimExpr]
+
+
+def packed_product(
+    a_at: ALoad,
+    b_at: BLoad,
+    batch: tuple[int, ...],
+    M: int,
+    K: int,
+    N: int,
+    acc: str,
+    strategy: Layout,
+    name: str = "lp_matmul",
+) -> Tensor:
+    """``sum_k a_at(i, m, k) * b_at(k, n)`` of shape ``batch + (M, N)`` in type ``acc``
+    (``int32`` or ``float32``), with ``b_at`` packed into panels of the strategy's GEMM width
+    (the last panel padded with zeros; a constant operand is packed at compile time) and the
+    product scheduled as the packed GEMM."""
+    nr = strategy.gemm_panel_width("float32")
+    npanel = -(-N // nr)
+    rows = int(np.prod(batch)) if batch else 1
+    bp = compute(
+        (npanel, K, nr),
+        lambda no, kk, ni: te.if_then_else(no * nr + ni < N, b_at(kk, E.min_expr(no * nr + ni, N - 1)),
+                                           const_like(0, acc)),
+        name=uname(name + "_pack"),
+        tag="gemm_pack",
+        attrs={"panel_axis": 0},
+        constant_layout=True,
+        workspace=True,
+    )
+    k = te.reduce_axis((0, K), name="k")
+
+    def arow(r: Any) -> tuple[Any, ...]:
+        idx, rest = [], r
+        for d in reversed(batch):
+            idx.append(E.floormod(rest, d))
+            rest = E.floordiv(rest, d)
+        return tuple(reversed(idx))
+
+    cv = compute(
+        (rows, M, npanel * nr),
+        lambda r, m, n: te.sum(a_at(arow(r), m, k.var) * bp[E.floordiv(n, nr), k.var, E.floormod(n, nr)], axis=k),
+        name=uname(name + "_gemm"),
+        tag="conv_packed",
+        attrs={"nr": nr, "K": K},
+        workspace=True,
+    )
+
+    def view(*i: Any) -> Any:
+        r: Any = E.const(0)
+        for d, v in zip(batch, i[:-2]):
+            r = r * d + v
+        return cv[r, i[-2], i[-1]]
+
+    return compute(batch + (M, N), view, name=uname(name))
+
+
+def wide_copy(a: Tensor, body: Callable[..., E.PrimExpr], name: str) -> Tensor:
+    """The left operand converted to the accumulation type once, into a workspace: the GEMM's
+    inner loop then broadcasts wide values as the float32 product does, instead of converting
+    each element once per column panel."""
+    return compute(tuple(int(E.const_int_value(d)) for d in a.shape), body,  # type: ignore[arg-type]
+                   name=uname(name), materialize=True, workspace=True)
+
+
+def lowp_matmul(a: Tensor, b: Tensor, M: int, K: int, N: int, strategy: Layout) -> Tensor:
+    """``a @ b`` for float16/bfloat16 operands and a 2-D ``b`` (``a`` of shape ``batch + (M, K)``):
+    ``b`` packed as float32 panels, ``a`` converted as it is read, the sum accumulated in
+    float32 and rounded once to the operands' type (as the unpacked product does)."""
+    dt = str(a.dtype)
+    batch = tuple(int(E.const_int_value(d)) for d in a.shape[:-2])  # type: ignore[arg-type]
+    a32 = wide_copy(a, lambda *i: cast(a[i], "float32"), "lp_a")
+
+    def a_at(li: tuple[Any, ...], m: Any, kk: Any) -> E.PrimExpr:
+        return a32[tuple(li) + (m, kk)]
+
+    acc = packed_product(a_at, lambda kk, n: cast(b[kk, n], "float32"), batch, M, K, N, "float32", strategy,
+                         "lp_matmul")
+    return compute(batch + (M, N), lambda *i: cast(acc[i], dt), name=uname("lp_matmul_round"))
