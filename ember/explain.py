@@ -183,20 +183,21 @@ def _sections(text: str, start: re.Pattern[str], last: re.Pattern[str]) -> str:
 
 
 def _llvm_functions(text: str, name: str) -> str:
-    """Every ``define`` of LLVM IR ``text`` named ``name`` or ``name_...`` (a GPU kernel's
-    device functions), to its closing brace."""
-    return _sections(text, re.compile(rf"^define .*@\"?{re.escape(name)}(\"?\(|_)"), re.compile(r"^}$"))
+    """Every ``define`` of LLVM IR ``text`` named ``name`` or ``name_kernelN`` (the device
+    kernels of a GPU function), to its closing brace."""
+    return _sections(text, re.compile(rf"^define .*@\"?{re.escape(name)}(_kernel\d+)?\"?\("), re.compile(r"^}$"))
 
 
 def _ptx_entries(text: str, name: str) -> str:
-    """The ``.entry`` functions of PTX ``text`` named ``name...``, to their closing brace."""
-    return _sections(text, re.compile(rf"^\s*(\.visible\s+)?\.entry\s+{re.escape(name)}"), re.compile(r"^}$"))
+    """The ``.entry`` functions of PTX ``text`` named ``name_kernelN``, to their closing brace."""
+    return _sections(text, re.compile(rf"^\s*(\.visible\s+)?\.entry\s+{re.escape(name)}(_kernel\d+)?\("),
+                     re.compile(r"^}$"))
 
 
 def _asm_function(text: str, name: str) -> str:
-    """The assembly of function ``name`` (and a GPU kernel's ``name_*``): from its label to the
-    end of the function (``.Lfunc_end``)."""
-    return _sections(text, re.compile(rf"^\"?{re.escape(name)}(\"?:|_\w*:)"), re.compile(r"^\.Lfunc_end"))
+    """The assembly of function ``name`` (or of a GPU function's ``name_kernelN``): from its
+    label to the end of the function (``.Lfunc_end``)."""
+    return _sections(text, re.compile(rf"^\"?{re.escape(name)}(_kernel\d+)?\"?:"), re.compile(r"^\.Lfunc_end"))
 
 
 def explain(model: Any, target: str = "llvm", input_shapes: Mapping[str, Sequence[int]] | None = None,

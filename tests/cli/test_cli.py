@@ -155,3 +155,11 @@ def test_python_dash_m_ember_works_like_ember(files) -> None:
     r = subprocess.run([sys.executable, "-m", "ember", "run", str(files["mlp.onnx"]), "-q"], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 1 and "ember run: missing input(s) x" in r.stderr
+
+
+def test_explain_a_cuda_kernel_shows_its_device_kernels_and_ptx(files, capsys) -> None:
+    # compiling for CUDA needs no GPU (PTX is made by LLVM; ptxas only when present)
+    rc, out, _ = _cli(capsys, "explain", files["mlp.onnx"], "--target", "cuda", "--kernel", "k2_softmax", "-q")
+    assert rc == 0 and "== PTX" in out
+    assert "define ptx_kernel void @k2_softmax_kernel0(" in out and ".entry k2_softmax_kernel0(" in out
+    assert "@k1_matmul" not in out and ".entry k0_gemm_tanh" not in out  # only the chosen kernel

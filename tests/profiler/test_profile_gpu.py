@@ -43,8 +43,8 @@ def test_profile_uses_cuda_events(gpu, tmp_path) -> None:
     events = check_trace(json.loads((tmp_path / "t.json").read_text()))
     spans = sorted((e for e in events if e["ph"] == "X"), key=lambda e: e["ts"])
     assert len(spans) == 10 and doc["otherData"]["clock"] == CUDA_EVENTS
-    for a, b in zip(spans, spans[1:]):  # one stream: kernels one after another
-        assert a["ts"] + a["dur"] <= b["ts"] + 1e-3
+    for a, b in zip(spans, spans[1:]):  # one stream: kernels one after another (up to ns rounding)
+        assert a["ts"] + a["dur"] <= b["ts"] + 0.01
     assert prof.to_csv().startswith("Name,Calls,TotalDurationNs,AverageNs,Percentage,")
 
 
