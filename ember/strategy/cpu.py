@@ -21,7 +21,7 @@ from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
 from .base import Strategy, extent, first_tagged
 from .cpu_conv import is_fusable_conv_gemm, schedule_conv_gemm
-from .cpu_gemm import packed_gemm_space, schedule_fast
+from .cpu_gemm import is_fused_product, packed_gemm_space, schedule_fast
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
 
 PARALLEL_MIN_WORK = 1 << 14
@@ -57,9 +57,10 @@ class CPUStrategy(Strategy):
         return schedule_group(outs, keep, parallel, strategy=self, config=config)
 
     def keeps_in_memory(self, op: ComputeOp) -> bool:
-        """Workspace stages, except a convolution's packed GEMM: its register tiles are consumed
-        by the epilogue in the output's store (:mod:`ember.strategy.cpu_conv`)."""
-        return op.workspace and not is_fusable_conv_gemm(op)
+        """Workspace stages, except a convolution's packed GEMM and a matrix product's in the
+        register structure: their register tiles are consumed by the epilogue in the output's
+        store (:mod:`ember.strategy.cpu_conv`, :func:`ember.strategy.cpu_gemm.is_fused_product`)."""
+        return op.workspace and not is_fusable_conv_gemm(op) and not is_fused_product(op)
 
     def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
         """The knob space of the first packed GEMM stage of the kernel computing ``outs``."""

@@ -3,27 +3,41 @@
 A packed GEMM stage (``tag == "conv_packed"``, built by :func:`ember.ops.nn.conv_tensor` and
 :func:`ember.ops.nn.matmul_tensor`) computes ``[B, M, N] = W[M, K] @ P[K, N]`` whose right
 operand ``P`` is already packed into ``nr``-wide column panels (``op.attrs["nr"]``, the
-strategy's :meth:`~ember.strategy.cpu.CPUStrategy.gemm_panel_width`). Its template
-(:func:`packed_gemm_space`, :func:`schedule_packed_gemm`) is the schedule of
-:func:`ember.demo.gemm_schedule`: an ``mr x nr`` register tile accumulated in a local cache, the
-reduction in the innermost-but-two loop (blocked when it is long), the tile rows unrolled and the
-panel width vectorized, parallel over the outer blocks. Its knobs:
+strategy's :meth:`~ember.strategy.cpu.CPUStrategy.gemm_panel_width`: two vector registers, so
+an ``mr x nr`` tile is ``2 mr`` accumulators — 14 x 32 on AVX-512, 6 x 16 on AVX2). Each
+product runs one of two structures:
+
+* **register structure** (:func:`schedule_packed_gemm`, and for a matrix product
+  :func:`schedule_product_in_store`): each ``mr x nr`` tile accumulates its whole reduction in
+  registers, then is stored once. A matrix product runs inside the store of its reader (the
+  view, a bias, an activation), so its epilogue costs no extra pass and the product needs no
+  buffer. Panels go in groups (``panel_group``, ``PANEL_GROUP_BYTES`` of them stay in L2) with
+  every row tile passing over a group, so the left operand streams from memory once per group;
+* **K-blocked structure** (``k_outer``, :func:`_schedule_k_outer`), for skinny products with a
+  long reduction (``128 x 4096 x 4096``): the reduction in blocks of ``kc`` outermost, the
+  output accumulated in memory; a ``M x kc`` block of the left operand stays in L2 while all
+  panels pass, and panels computed in the kernel are packed ``kc x nr`` at a time right before
+  their tiles use them (as BLAS packs B).
+
+The knobs (``ConfigSpace``, the tuner's view; the default point is the heuristic):
 
 * ``mr`` — register-tile rows; legal when the ``mr x nr`` accumulators and the loaded panel
-  row fit in the target's vector registers;
+  row fit in the target's vector registers (:func:`default_tile_rows` picks it);
 * ``order`` — ``"weights_outer"`` (weight rows outermost: late layers, small images) or
-  ``"panels_outer"`` (panels outermost: large images);
+  ``"panels_outer"`` (panels outermost: large images; every matrix product);
 * ``tile_k`` — the split of the first reduction axis into (chunks, chunk); ``size[0] == 1``
-  leaves it unsplit;
+  leaves it unsplit; the K-blocked structure's ``kc`` (:func:`default_k_block`);
 * ``unroll_m`` — unroll the tile rows;
-* ``parallel`` — run the outer blocks in parallel.
-
-The default point is the heuristic: the largest of a few ``mr`` that divides ``M``, the larger
-operand outermost, chunks of at most 256 multiply-adds when the reduction has more than 512,
-parallel above ``PARALLEL_MIN_MACS``.
+* ``parallel`` — run the outer blocks in parallel (above ``PARALLEL_MIN_MACS``);
+* ``k_outer``, ``panel_group``, ``parallel_axis`` (``"rows"``: row tiles in parallel, when
+  there are at least ``PARALLEL_ROW_TILES``; ``"panels"``: panels or panel groups) — matrix
+  products only (a convolution's GEMM, scheduled by :mod:`ember.strategy.cpu_conv`, offers one
+  value of each).
 
 The packing stage (``tag == "gemm_pack"``) is parallel over panels and vectorized across the
 panel width; a depthwise convolution (``tag == "conv_dw"``) is vectorized along the output row.
+Parallel loops run on libgomp threads with a static split (:mod:`ember.backends.cpu.codegen`),
+whose loop bodies see their buffers as ``noalias``, so LLVM keeps K-blocked tiles in registers.
 """
 
 from __future__ import annotations
@@ -45,12 +59,26 @@ PARALLEL_MIN_MACS = 1 << 22
 # Register-tile rows the space offers, and the heuristic's preference order (wide and narrow
 # vector units).
 MR_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14)
-MR_PREFERRED_WIDE = (8, 6, 4, 5, 3, 2)
+MR_PREFERRED_WIDE = (14, 12, 10, 8, 6, 4, 5, 3, 2)
 MR_PREFERRED_NARROW = (4, 6, 3, 2)
 # A reduction longer than this (multiply-adds per output) is blocked into chunks of at most
 # KC_MAX_TAPS.
 KC_SPLIT_ABOVE = 512
 KC_MAX_TAPS = 256
+# Cache budgets of the matrix-product structures (bytes; a core's L2 is 1-2 MiB on the x86 CPUs
+# ember targets): a group of K x nr panels, and the M x kc block of the left operand.
+PANEL_GROUP_BYTES = 512 * 1024
+PANEL_GROUP_MAX = 8
+PANEL_GROUPS = (1, 2, 4, 8, 16)
+A_BLOCK_BYTES = 256 * 1024
+# The K-blocked structure: reductions longer than KBLOCK_MIN_K, blocks of KBLOCK_MIN..KBLOCK_MAX.
+KBLOCK_MIN_K = 1024
+KBLOCK_MIN = 128
+KBLOCK_MAX = 512
+# Rows of register tiles below which the FMA latency, not the pipes, bounds a tile.
+FMA_CHAINS = 4
+# Parallel over row tiles when there are at least this many, else over panels.
+PARALLEL_ROW_TILES = 16
 
 
 def schedule_fast(
@@ -74,10 +102,20 @@ def schedule_fast(
     if tag == "conv_packed":
         space = packed_gemm_space(op, strategy)
         cfg = space.default if config is None else space.validate(config)
-        schedule_packed_gemm(s, stage, cfg)
+        out = _fusable_reader(s, stage) if is_fused_product(op) and not cfg["k_outer"].val else None
+        if out is not None:
+            schedule_product_in_store(s, stage, out, cfg)
+            if handled is not None:
+                handled.add(id(out.op))
+        else:
+            schedule_packed_gemm(s, stage, cfg)
         return True
     if tag == "gemm_pack":
-        _schedule_pack(s, stage)
+        # A product's panels are scheduled with the product (schedule_packed_gemm), which may
+        # pack them piecewise inside its own loops.
+        if not any(isinstance(c.op, te.ComputeOp) and getattr(c.op, "tag", "") == "conv_packed"
+                   and _is_plain_product(c.op) for c in s.consumers(stage)):
+            _schedule_pack(s, stage)
         return True
     return False
 
@@ -106,23 +144,69 @@ def _gemm_dims(op: te.ComputeOp, literal: bool = False) -> tuple[int, int, int, 
     return M, N, int(op.attrs["K"]), extent(red[0], literal), taps
 
 
+def _is_plain_product(op: te.ComputeOp) -> bool:
+    """A matrix product (one reduction axis), not a convolution's GEMM (whose schedule
+    :mod:`ember.strategy.cpu_conv` owns and whose reduction has kernel taps)."""
+    return len(op.reduce_axis) == 1 and not (op.attrs and "conv_out" in op.attrs)
+
+
+def default_panel_group(K: int, nr: int) -> int:
+    """Panels per pass over the left operand in the register structure: as many ``K x nr``
+    panels as fit in ``PANEL_GROUP_BYTES`` (they stay in L2 while every row tile passes over
+    them), at most ``PANEL_GROUP_MAX``."""
+    fit = PANEL_GROUP_BYTES // max(1, K * nr * 4)
+    return int(max(1, min(PANEL_GROUP_MAX, 1 << (max(1, fit).bit_length() - 1))))
+
+
+def default_k_block(rows: int, M: int, N: int, K: int, nr: int) -> int | None:
+    """The reduction block of the K-blocked structure for a product of ``rows`` batches of ``M x
+    K`` by ``K x N``, or None where the register structure is the better one. K-blocked pays
+    when few panels fit in L2 at full ``K`` (``K > KBLOCK_MIN_K``) and the left operand does
+    not (it would stream from memory once per panel group) while an ``M x kc`` block of the left operand fits in
+    ``A_BLOCK_BYTES`` for a ``kc`` of at least ``KBLOCK_MIN`` that divides ``K`` (a skinny
+    product: ``128 x 4096 x 4096``, a transformer's projections at small batch)."""
+    if rows != 1 or K <= KBLOCK_MIN_K or N < 4 * nr or M * K * 4 <= 2 * PANEL_GROUP_BYTES:
+        return None
+    kc = min(KBLOCK_MAX, A_BLOCK_BYTES // (4 * max(1, M)))
+    while kc >= KBLOCK_MIN and K % kc:
+        kc -= 1
+    return kc if kc >= KBLOCK_MIN else None
+
+
+def default_tile_rows(M: int, cands: tuple[int, ...]) -> int:
+    """The register-tile height for ``M`` rows among ``cands``: the fewest cycles by a simple
+    model — ``ceil(M / mr)`` tiles, each taking ``max(mr, FMA_CHAINS) + 1`` cycles per reduction
+    step (two FMA pipes of latency 4 need eight independent accumulators, two per row; the panel
+    row is loaded once per tile). ``M`` itself when it is below every candidate."""
+    if M < min(cands):
+        return M
+    return min(cands, key=lambda c: (-(-M // c) * (max(c, FMA_CHAINS) + 1), -c))
+
+
 def packed_gemm_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
     """The knob space of packed GEMM ``op`` on ``strategy``'s CPU (see the module docstring);
-    its default point is today's heuristic schedule."""
+    its default point is the heuristic schedule."""
     nr = int(op.attrs["nr"])
     lanes = strategy.target.vector_lanes(32)
     nregs = strategy.vector_registers
     M, N, K, C, taps = _gemm_dims(op)
+    rows = extent(op.axis[0])
+    plain = _is_plain_product(op)
     space = ConfigSpace()
     cands = MR_PREFERRED_WIDE if lanes >= 16 else MR_PREFERRED_NARROW
-    mr = next((c for c in cands if M % c == 0), cands[0])
+    mr = default_tile_rows(M, cands) if plain else next((c for c in cands if M % c == 0), cands[0])
     space.define_knob("mr", MR_VALUES, default=mr)
     order = "weights_outer" if M * K * 4 > N * K * 4 else "panels_outer"
+    if plain:
+        order = "panels_outer"  # with panel groups (below): both operands are reused from cache
     space.define_knob("order", ("panels_outer", "weights_outer"), default=order)
+    kblock = default_k_block(rows, M, N, K, nr) if plain else None
     # The heuristic reads the reduction extents literally (see extent()): the operators write
     # them as (0, C) ranges, so it blocks only reductions whose extents are literals.
     _, _, _, c_lit, taps_lit = _gemm_dims(op, literal=True)
-    if c_lit * taps_lit <= KC_SPLIT_ABOVE:
+    if kblock is not None:
+        kc = kblock
+    elif c_lit * taps_lit <= KC_SPLIT_ABOVE:
         kc = C
     elif taps_lit <= KC_MAX_TAPS:  # c_lit is C or 1, so kc divides C
         kc = max(d for d in range(1, c_lit + 1) if c_lit % d == 0 and d * taps_lit <= KC_MAX_TAPS)
@@ -131,6 +215,14 @@ def packed_gemm_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
     space.define_split("tile_k", C, num_outputs=2, policy="factors", default=(C // kc, kc))
     space.define_knob("unroll_m", (True, False), default=True)
     space.define_knob("parallel", (True, False), default=M * N * K >= PARALLEL_MIN_MACS)
+    # Knobs of plain products only (a convolution's GEMM is scheduled by cpu_conv and offers
+    # one value of each, so its space is unchanged).
+    space.define_knob("k_outer", (False, True) if plain else (False,), default=kblock is not None)
+    space.define_knob("panel_group", PANEL_GROUPS if plain else (1,),
+                      default=default_panel_group(K, nr) if plain else 1)
+    mtiles = rows * -(-M // mr)
+    axis = "rows" if mtiles >= PARALLEL_ROW_TILES and kblock is None else "panels"
+    space.define_knob("parallel_axis", ("rows", "panels") if plain else ("rows",), default=axis if plain else "rows")
     vecs_per_row = -(-nr // lanes)
 
     def registers(cfg: ConfigEntity) -> str | None:
@@ -139,14 +231,123 @@ def packed_gemm_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
             return f"an {cfg['mr'].val} x {nr} register tile needs {need} vector registers, the target has {nregs}"
         return None
 
+    def k_outer_needs_blocks(cfg: ConfigEntity) -> str | None:
+        if cfg["k_outer"].val and cfg["tile_k"].size[0] == 1:
+            return "k_outer accumulates over reduction blocks: tile_k must split the reduction"
+        return None
+
     space.add_check(registers)
+    space.add_check(k_outer_needs_blocks)
     return space
+
+
+def is_fused_product(op: te.ComputeOp) -> bool:
+    """True for a matrix product's packed GEMM that the default schedule computes in registers
+    inside the store of its reader (:func:`schedule_product_in_store`), so it needs no buffer:
+    a plain product whose default is the register structure (the K-blocked one accumulates in
+    memory)."""
+    if getattr(op, "tag", "") != "conv_packed" or not _is_plain_product(op):
+        return False
+    M, N, K, _, _ = _gemm_dims(op)
+    return default_k_block(extent(op.axis[0]), M, N, K, int(op.attrs["nr"])) is None
+
+
+def _fusable_reader(s: te.Schedule, stage: te.Stage) -> te.Stage | None:
+    """The one stored stage that reads product ``stage`` (through inlined stages: the view, a
+    bias, an activation), when it is a root non-reduction stage whose last two axes are the
+    product's rows and columns and whose leading axes flatten onto the product's batch rows."""
+    if stage.is_output:  # a workspace of the memory plan: stored by itself
+        return None
+    from .cpu_conv import _stored_readers as stored_readers  # (cpu_conv imports this module)
+
+    found = stored_readers(s, stage)
+    if len(found) != 1:
+        return None
+    out = found[0]
+    op, oop = stage.op, out.op
+    if not isinstance(oop, te.ComputeOp) or oop.is_reduction or out.attach != "root" or len(oop.axis) < 2:
+        return None
+    rows, M, N = (extent(a) for a in op.axis)
+    oshape = [extent(a) for a in oop.axis]
+    lead = int(np.prod(oshape[:-2])) if len(oshape) > 2 else 1
+    if oshape[-2] != M or not (N - int(op.attrs["nr"]) < oshape[-1] <= N) or lead != rows:
+        return None
+    return out
+
+
+def schedule_product_in_store(s: te.Schedule, stage: te.Stage, out: te.Stage, cfg: ConfigEntity) -> None:
+    """Schedule product ``stage`` (its register structure at point ``cfg``) inside the loops of
+    ``out``, the stage that stores it (:func:`_fusable_reader`): ``out`` is tiled ``mr x nr``
+    like the product, each tile's product accumulates in registers (scope ``local``) and the
+    epilogue inlined into ``out`` (the view, bias, GELU, a residual add) reads it there, so the
+    product never goes through memory."""
+    op = stage.op
+    nr = int(op.attrs["nr"])
+    mr = int(cfg["mr"].val)
+    stage.set_scope("local")
+    axes = list(out.op.axis)
+    lead = out.fuse(*axes[:-2]) if len(axes) > 3 else (axes[0] if len(axes) == 3 else None)
+    m, n = axes[-2], axes[-1]
+    mo, no, mi, ni = out.tile(m, n, mr, nr)
+    group = int(cfg["panel_group"].val)
+    by_rows = cfg["parallel_axis"].val == "rows"
+    head = [lead] if lead is not None else []
+    if cfg["order"].val == "weights_outer":
+        out.reorder(*head, mo, no, mi, ni)
+        stage.compute_at(out, no)
+        par = mo
+    else:
+        # groups of panels outermost (in L2 while every row tile passes over them)
+        ng, nin = out.split(no, factor=group)
+        out.reorder(*head, ng, mo, nin, mi, ni)
+        par = mo if by_rows else ng
+        stage.compute_at(out, nin)
+    out.vectorize(ni)
+    _schedule_tile(stage, cfg)
+    if cfg["parallel"].val:
+        out.parallel(par)
+    pack = _panel_pack_stage(s, op)
+    if pack is not None and pack.attach == "root":
+        _schedule_pack(s, pack)
+
+
+def _schedule_tile(tile: te.Stage, cfg: ConfigEntity) -> None:
+    """The loops of an ``mr x nr`` register tile (axes ``(b, m, n)``, reductions ``(c, taps...)``):
+    the first reduction axis (split by ``tile_k``) and the taps outside, the tile rows (unrolled
+    by ``unroll_m``) and the vectorized panel width inside."""
+    _, cm, cn = tile.op.axis
+    red = list(tile.op.reduce_axis)
+    rc, taps_axes = red[0], red[1:]
+    chunks, kc = cfg["tile_k"].size
+    if chunks == 1:
+        tile.reorder(rc, *taps_axes, cm, cn)
+    else:
+        ko, ki = tile.split(rc, factor=kc)
+        tile.reorder(ko, ki, *taps_axes, cm, cn)
+    if cfg["unroll_m"].val:
+        tile.unroll(cm)
+    tile.vectorize(cn)
+
+
+def _panel_pack_stage(s: te.Schedule, op: te.ComputeOp) -> te.Stage | None:
+    """The panel-packing stage (``tag == "gemm_pack"``) that ``op`` reads, when it is computed
+    in this kernel (not a folded constant) and not one of the kernel's outputs."""
+    for t in op.input_tensors:
+        if isinstance(t.op, te.ComputeOp) and getattr(t.op, "tag", "") == "gemm_pack":
+            st = s[t.op]
+            return None if st.is_output or st.attach == "inline" else st
+    return None
 
 
 def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> None:
     """Schedule packed GEMM ``stage`` at point ``cfg`` of :func:`packed_gemm_space` (assumed
-    legal: validate it first)."""
+    legal: validate it first). Two structures (module docstring): the register structure (the
+    whole reduction of each ``mr x nr`` tile in registers) and, with ``k_outer``, the K-blocked
+    one (the output accumulates over reduction blocks)."""
     op = stage.op
+    if "k_outer" in cfg and cfg["k_outer"].val:
+        _schedule_k_outer(s, stage, cfg)
+        return
     nr = int(op.attrs["nr"])
     mr = int(cfg["mr"].val)
     t = op.output(0)
@@ -154,31 +355,70 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
     st = s[t]
     b, m, n = st.op.axis
     mo, no, mi, ni = st.tile(m, n, mr, nr)
+    group = int(cfg["panel_group"].val) if "panel_group" in cfg else 1
+    by_rows = "parallel_axis" not in cfg or cfg["parallel_axis"].val == "rows"
     # The larger operand goes outermost, so it streams from memory once while the smaller one
     # stays in cache: panels outermost for large images, weight rows outermost for late layers.
     weights_outer = cfg["order"].val == "weights_outer"
     if weights_outer:
         st.reorder(b, mo, no, mi, ni)
         s[cc].compute_at(st, no)
+        fused = st.fuse(b, mo)
+    elif group > 1:
+        # groups of panels (in L2) outermost; every row tile passes over a group
+        ng, nin = st.split(no, factor=group)
+        if by_rows:
+            st.reorder(ng, b, mo, nin, mi, ni)
+            fused = st.fuse(b, mo)
+        else:
+            st.reorder(b, ng, mo, nin, mi, ni)
+            fused = st.fuse(b, ng)
+        s[cc].compute_at(st, nin)
     else:
         st.reorder(b, no, mo, mi, ni)
         s[cc].compute_at(st, mo)
+        fused = st.fuse(b, no)
     st.vectorize(ni)
-    cb, cm, cn = s[cc].op.axis
-    red = list(s[cc].op.reduce_axis)
-    rc, taps_axes = red[0], red[1:]
-    chunks, kc = cfg["tile_k"].size
-    if chunks == 1:
-        s[cc].reorder(rc, *taps_axes, cm, cn)
-    else:
-        ko, ki = s[cc].split(rc, factor=kc)
-        s[cc].reorder(ko, ki, *taps_axes, cm, cn)
-    if cfg["unroll_m"].val:
-        s[cc].unroll(cm)
-    s[cc].vectorize(cn)
-    fused = st.fuse(b, mo) if weights_outer else st.fuse(b, no)
+    _schedule_tile(s[cc], cfg)
     if cfg["parallel"].val:
         st.parallel(fused)
+    pack = _panel_pack_stage(s, op)
+    if pack is not None and pack.attach == "root":
+        _schedule_pack(s, pack)
+
+
+def _schedule_k_outer(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> None:
+    """The K-blocked structure: for each reduction block of ``kc`` (outermost), the panels in
+    parallel, and in each panel every ``mr x nr`` tile accumulates its ``kc`` products in
+    registers onto the output (LLVM keeps the tile in registers over the block: the kernel's
+    buffers are ``noalias``). The ``M x kc`` block of the left operand stays in L2 while all
+    panels pass; a panel-packing stage computed in this kernel is packed one ``kc x nr`` piece
+    at a time, just before the tiles read it (as a BLAS packs B), instead of in a pass of its
+    own."""
+    op = stage.op
+    nr = int(op.attrs["nr"])
+    mr = int(cfg["mr"].val)
+    st = s[op]
+    b, m, n = st.op.axis
+    mo, no, mi, ni = st.tile(m, n, mr, nr)
+    ko, ki = st.split(st.op.reduce_axis[0], factor=int(cfg["tile_k"].size[1]))
+    if cfg["parallel_axis"].val == "rows":
+        st.reorder(b, ko, mo, no, ki, mi, ni)
+        outer = mo
+    else:
+        st.reorder(b, ko, no, mo, ki, mi, ni)
+        outer = no
+    if cfg["unroll_m"].val:
+        st.unroll(mi)
+    st.vectorize(ni)
+    if cfg["parallel"].val:
+        st.parallel(outer)
+    pack = _panel_pack_stage(s, op)
+    if pack is not None and outer is no:
+        pack.compute_at(st, no)
+        pack.vectorize(pack.op.axis[-1])
+    elif pack is not None:
+        _schedule_pack(s, pack)
 
 
 def _schedule_depthwise(s: te.Schedule, stage: te.Stage, strategy: CPUStrategy) -> te.Stage:

@@ -17,6 +17,10 @@ from ..base import Backend, Parts
 
 #: Version of the CPU parts' ``module.json``.
 CPU_FORMAT = "ember-cpu-module/1"
+#: Bumped whenever the code generator emits different code for the same loop IR (it is part of
+#: the cache key, so cached objects of an older code generator are not reused).
+#: 2: parallel loop bodies take their buffers as ``noalias`` parameters.
+CODEGEN_REVISION = 2
 
 
 class CPUBackend(Backend):
@@ -25,8 +29,8 @@ class CPUBackend(Backend):
     kind = "llvm"
 
     def fingerprint(self, target: Target) -> str:
-        """The CPU model and features are in the target string; nothing else varies."""
-        return f"cpu {target.triple} {target.mcpu} {target.mattr}"
+        """The CPU model and features (in the target string) and the code generator's revision."""
+        return f"cpu {target.triple} {target.mcpu} {target.mattr} codegen {CODEGEN_REVISION}"
 
     def compile(self, funcs: list[PrimFunc], target: Target) -> Parts:
         """Code generation, LLVM O3 and object emission (see :mod:`.codegen`)."""

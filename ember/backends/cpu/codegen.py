@@ -64,6 +64,13 @@ class CodeGenCPU(CodeGenLLVM):
         b.call(gomp, [outlined, closure, ir.Constant(I32, nthreads), ir.Constant(I32, 0)])
 
     def _outline(self, s: S.For, captured: list[E.Var], values: list[ir.Value], struct_ty: ir.Type) -> ir.Function:
+        """Two internal functions: ``<name>_par(closure)``, what ``GOMP_parallel`` runs on each
+        thread (it unpacks the closure and computes the thread's static share of the
+        iterations), and ``<name>_body(buffers..., values..., begin, count)``, the loop over that
+        share. The body receives each buffer as a ``noalias`` parameter: the kernel's buffers are
+        distinct (its own arguments are ``noalias`` too), and without this LLVM would assume that
+        pointers read from the closure may alias, keeping every accumulator of a register tile
+        in memory."""
         saved = (
             self.builder,
             self.function,
@@ -72,22 +79,24 @@ class CodeGenCPU(CodeGenLLVM):
             self._entry_block,
             dict(self.analyzer.ranges),
         )
+        buffer_ids = {id(x) for x in saved[3].values()}
+        is_buffer = [id(orig) in buffer_ids and orig is saved[3].get(v) for v, orig in zip(captured, values)]
+        body_ty = ir.FunctionType(ir.VoidType(), [x.type for x in values] + [I64, I64])
+        body_fn = ir.Function(self.module, body_ty, name=self.fresh(f"{saved[1].name}_body"))
+        body_fn.linkage = "internal"
+        for k, buf in enumerate(is_buffer):
+            if buf:
+                body_fn.args[k].add_attribute("noalias")
+        # the per-thread wrapper: unpack, split the iterations, call the body
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=self.fresh(f"{saved[1].name}_par"))
         fn.linkage = "internal"
-        entry = fn.append_basic_block("entry")
-        self.function, self._entry_block, self.builder = fn, entry, ir.IRBuilder(entry)
-        b = self.builder
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
         fields = []
         for k in range(2 + len(values)):
             ty = struct_ty.elements[k]
             p = b.gep(fn.args[0], [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True, source_etype=struct_ty)
             fields.append(b.load(p, typ=ty))
         lo, extent = fields[0], fields[1]
-        for v, x, orig in zip(captured, fields[2:], values):
-            if orig is saved[3].get(v):
-                self.buffers[v] = x
-            else:
-                self.vars[v] = x
         tid = b.sext(b.call(self.intrinsic("omp_get_thread_num", I32, []), []), I64)
         nth = b.sext(b.call(self.intrinsic("omp_get_num_threads", I32, []), []), I64)
         chunk = b.sdiv(b.add(extent, b.sub(nth, ir.Constant(I64, 1))), nth)
@@ -96,9 +105,19 @@ class CodeGenCPU(CodeGenLLVM):
         end = b.select(b.icmp_signed("<", end, extent), end, extent)
         count = b.sub(end, begin)
         count = b.select(b.icmp_signed("<", count, ir.Constant(I64, 0)), ir.Constant(I64, 0), count)
+        b.call(body_fn, fields[2:] + [b.add(lo, begin), count])
+        b.ret_void()
+        # the body: the serial loop over [begin, begin + count)
+        entry = body_fn.append_basic_block("entry")
+        self.function, self._entry_block, self.builder = body_fn, entry, ir.IRBuilder(entry)
+        for v, x, buf in zip(captured, body_fn.args, is_buffer):
+            if buf:
+                self.buffers[v] = x
+            else:
+                self.vars[v] = x
         self._parallel_depth += 1
         self.analyzer.bind(s.loop_var, s.min, s.extent)
-        self.emit_serial_loop(s.loop_var, b.add(lo, begin), count, s.body)
+        self.emit_serial_loop(s.loop_var, body_fn.args[len(values)], body_fn.args[len(values) + 1], s.body)
         self._parallel_depth -= 1
         self.builder.ret_void()
         (self.builder, self.function, self.vars, self.buffers, self._entry_block, ranges) = saved
