@@ -35,10 +35,17 @@ def _gpus(kind: str) -> tuple[list[str], str | None]:
         return [], "the driver sees no GPU"
     out = []
     for i in range(n):
-        attrs: dict[str, Any] = drv.device_attributes(i)
-        mem = attrs.get("total_memory", 0) / 2**30
-        arch = attrs.get("arch") or attrs.get("gcn_arch_name") or ""
-        out.append(f"{kind}({i}): {attrs.get('device_name', '?')}, {arch}, {mem:.0f} GiB")
+        try:
+            attrs: dict[str, Any] = drv.device_attributes(i)
+        except DeviceError as exc:
+            out.append(f"{kind}({i}): its attributes cannot be read ({exc})")
+            continue
+        cc = attrs.get("compute_version") if kind == "cuda" else None
+        parts = [str(attrs.get("device_name", "?")), str(attrs.get("arch", "")),
+                 f"compute capability {cc}" if cc else "",
+                 f"{attrs.get('total_memory', 0) / 2**30:.0f} GiB",
+                 f"{attrs['multi_processor_count']} SMs/CUs" if "multi_processor_count" in attrs else ""]
+        out.append(f"{kind}({i}): " + ", ".join(p for p in parts if p))
     return out, None
 
 

@@ -78,3 +78,10 @@ def test_cli_profile_on_cuda(gpu, tmp_path, capsys) -> None:
     rc = main(["profile", str(path), "--target", "cuda", "--repeat", "3", "--csv", str(tmp_path / "s.csv"), "-q"])
     out = capsys.readouterr().out
     assert rc == 0 and "clock: CUDA events" in out and (tmp_path / "s.csv").exists()
+
+
+def test_info_lists_the_gpu(gpu, capsys) -> None:
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("cuda device"))
+    assert "cuda(0): " in line and "compute capability" in line and "GiB" in line
