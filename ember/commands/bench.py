@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .anchor import onnx_bytes, ort_run, ort_session
-from .common import add_input_options, add_model_options, model_inputs, open_model, reported
+from .common import add_input_options, add_model_options, add_timing_options, model_inputs, open_model, reported
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,8 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "interleaved with ember's and the ratio is printed.")
     add_model_options(p)
     add_input_options(p)
-    p.add_argument("--warmup", type=int, default=10, help="untimed calls first (default 10)")
-    p.add_argument("--repeat", type=int, default=50, help="timed calls (default 50)")
+    add_timing_options(p, warmup=10, repeat=50, what="calls")
     p.add_argument("--compare", choices=("onnxruntime",), default=None, help="also time ONNX Runtime")
     p.add_argument("--json", default=None, metavar="PATH", help="write the figures as JSON")
     p.set_defaults(func=run)

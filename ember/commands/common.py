@@ -43,6 +43,12 @@ def add_input_options(p: argparse.ArgumentParser, required: bool = False) -> Non
         p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
 
 
+def add_timing_options(p: argparse.ArgumentParser, warmup: int, repeat: int, what: str) -> None:
+    """``--warmup`` (untimed ``what`` first) and ``--repeat`` (timed ``what``) with defaults."""
+    p.add_argument("--warmup", type=int, default=warmup, help=f"untimed {what} first (default {warmup})")
+    p.add_argument("--repeat", type=int, default=repeat, help=f"timed {what} (default {repeat})")
+
+
 def shape_spec(spec: str) -> tuple[str, list[int]]:
     """``"x=1,3,224,224"`` -> ``("x", [1, 3, 224, 224])`` (an argparse ``type``: a bad spec is a
     usage error)."""

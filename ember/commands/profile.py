@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..profiler import device_peaks
-from .common import add_input_options, add_model_options, model_inputs, open_model, reported
+from .common import add_input_options, add_model_options, add_timing_options, model_inputs, open_model, reported
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,8 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "roofline (docs/profiling.md).")
     add_model_options(p)
     add_input_options(p)
-    p.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
+    add_timing_options(p, warmup=1, repeat=10, what="runs")
     p.add_argument("--by", choices=("kernel", "node"), default="kernel", help="rows of the printed table")
     p.add_argument("--top", type=int, default=20, help="rows printed (default 20)")
     p.add_argument("--csv", default=None, metavar="STATS.csv",

@@ -256,14 +256,23 @@ class ProfileResult:
         """Chrome trace events: process and thread names (``ph: "M"``), then one complete event
         (``ph: "X"``, ``ts``/``dur`` in microseconds) per timed step call, with the ONNX nodes,
         operator types, run and FLOPs/bytes in ``args``. One process per device, one thread
-        (track) per host thread or stream."""
+        (track) per host thread or stream, and a ``runs`` track with one span per run (its first
+        kernel's start to its last kernel's end)."""
         self._require_times("a trace")
-        pid, tid = 1, 1
+        pid, tid, runs_tid = 1, 1, 0
         events: list[dict[str, Any]] = [
             {"name": "process_name", "ph": "M", "pid": pid, "tid": tid, "ts": 0,
              "args": {"name": f"ember {self.device} ({self.target})"}},
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": runs_tid, "ts": 0, "args": {"name": "runs"}},
             {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": {"name": self.track}},
         ]
+        spans: dict[int, tuple[int, int]] = {}
+        for t in self.times:
+            lo, hi = spans.get(t.run, (t.start_ns, t.start_ns + t.dur_ns))
+            spans[t.run] = (min(lo, t.start_ns), max(hi, t.start_ns + t.dur_ns))
+        for run, (lo, hi) in sorted(spans.items()):
+            events.append({"name": f"run {run}", "cat": "run", "ph": "X", "ts": lo / 1e3, "dur": (hi - lo) / 1e3,
+                           "pid": pid, "tid": runs_tid, "args": {"run": run}})
         for t in self.times:
             row = self._by_step[t.step]
             args: dict[str, Any] = {"onnx_nodes": row.nodes, "op_types": row.ops, "run": t.run, "step": t.step}

@@ -83,12 +83,20 @@ def test_chrome_trace_follows_the_format(profiled, tmp_path) -> None:
     path = tmp_path / "t.json"
     prof.to_chrome_trace(path)
     events = check_trace(json.loads(path.read_text()))
-    spans = [e for e in events if e["ph"] == "X"]
+    spans = [e for e in events if e["ph"] == "X" and e["cat"] == "kernel"]
     assert len(spans) == 2 * REPEAT
     assert {e["args"]["onnx_nodes"][0] for e in spans} == {"mm1", "mm2"}
-    assert {(e["pid"], e["tid"]) for e in events} == {(1, 1)}  # one device, one thread
-    names = {e["name"]: e["args"]["name"] for e in events if e["ph"] == "M"}
-    assert "cpu" in names["process_name"] and names["thread_name"].startswith("thread")
+    assert {(e["pid"], e["tid"]) for e in spans} == {(1, 1)}  # one device, one thread
+    runs = [e for e in events if e["ph"] == "X" and e["cat"] == "run"]
+    assert [e["name"] for e in runs] == [f"run {k}" for k in range(REPEAT)] and {e["tid"] for e in runs} == {0}
+    for r in runs:  # each run spans its kernels
+        mine = [e for e in spans if e["args"]["run"] == r["args"]["run"]]
+        assert min(e["ts"] for e in mine) == r["ts"]
+        assert max(e["ts"] + e["dur"] for e in mine) == pytest.approx(r["ts"] + r["dur"])
+    meta = [e for e in events if e["ph"] == "M"]
+    assert "cpu" in next(e for e in meta if e["name"] == "process_name")["args"]["name"]
+    tracks = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert tracks[0] == "runs" and tracks[1].startswith("thread")
     # one thread runs the steps one after another: spans do not overlap
     spans.sort(key=lambda e: e["ts"])
     for a, b in zip(spans, spans[1:]):
