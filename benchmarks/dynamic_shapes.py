@@ -2,11 +2,13 @@
 against the fixed-shape builds of the same ONNX file (``input_shapes=``), on the CPU and on CUDA.
 
 The dynamic model and the fixed builds are timed interleaved in the same process (alternating
-rounds, ``benchmarks/common.py``), so machine noise affects them alike; the figure of merit is the
-ratio dynamic / fixed per batch size (the goal: <= 1.1). Also reported: each batch's output against
-ONNX Runtime, the compile time of a new shape bucket with an empty cache and on a repeat (a fresh
-model, the same bucket: the compile cache answers), and the per-call cost of the variant lookup on a
-tiny graph (where it is not hidden by the network's run time).
+rounds, each preceded by a short idle pause), so machine noise affects them alike; the figure of
+merit is the ratio dynamic / fixed per batch size (the goal: <= 1.1), reported as the median of
+the per-round ratios (robust to a burst of load in one round) next to the best times. Also
+reported: each batch's output against ONNX Runtime, the compile time of a new shape bucket with an
+empty cache and on a repeat (a fresh model, the same bucket: the compile cache answers), and the
+per-call cost of the variant lookup on a tiny graph (where it is not hidden by the network's run
+time).
 
     python benchmarks/dynamic_shapes.py                      # CPU -> benchmarks/results/dynamic_shapes_llvm.json
     python benchmarks/dynamic_shapes.py --target cuda --out gpu_check_out
@@ -28,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
 
-from common import interleaved, machine, table  # noqa: E402
+from common import interleaved, machine, table, write_outputs  # noqa: E402
 
 import ember  # noqa: E402
 
@@ -66,6 +68,28 @@ def _timed(fn: Any) -> float:
     return time.perf_counter() - t0
 
 
+def paired(fns: dict[str, Any], rounds: int, min_time: float = 0.2, settle: float = 0.2) -> dict[str, Any]:
+    """Time the functions of ``fns`` in alternating rounds (each round: every function for at
+    least ``min_time`` after ``settle`` idle seconds and one untimed call); returns each one's best
+    seconds per call and the median over rounds of ``time(first) / time(second)``."""
+    names = list(fns)
+    inner = {}
+    for n, fn in fns.items():
+        fn()
+        inner[n] = max(1, int(min_time / max(_timed(fn), 1e-7)))
+    per_round: dict[str, list[float]] = {n: [] for n in names}
+    for _ in range(rounds):
+        for n in names:
+            time.sleep(settle)
+            fns[n]()
+            t0 = time.perf_counter()
+            for _ in range(inner[n]):
+                fns[n]()
+            per_round[n].append((time.perf_counter() - t0) / inner[n])
+    ratios = sorted(a / b for a, b in zip(per_round[names[0]], per_round[names[1]]))
+    return {"best": {n: min(v) for n, v in per_round.items()}, "median_ratio": ratios[len(ratios) // 2]}
+
+
 def run(target: str, directory: Path, rounds: int) -> dict[str, Any]:
     """Compile, check and time; returns the result rows and notes."""
     import onnxruntime as ort
@@ -99,11 +123,12 @@ def run(target: str, directory: Path, rounds: int) -> dict[str, Any]:
 
     rows = []
     for b in BATCHES:
-        best = interleaved({"dynamic": lambda b=b: call(dyn, b), "fixed": lambda b=b: call(fixed[b], b)},
-                           rounds=rounds, min_time=0.2)
+        res = paired({"dynamic": lambda b=b: call(dyn, b), "fixed": lambda b=b: call(fixed[b], b)}, rounds)
+        best = res["best"]
         rows.append({"batch": b, "dynamic_ms": round(best["dynamic"] * 1e3, 3),
                      "fixed_ms": round(best["fixed"] * 1e3, 3),
-                     "ratio": round(best["dynamic"] / best["fixed"], 3),
+                     "ratio_of_best": round(best["dynamic"] / best["fixed"], 3),
+                     "median_round_ratio": round(res["median_ratio"], 3),
                      "max_rel_err_vs_ort": float(f"{errs[b]:.2e}"),
                      "bucket_compile_s_cold": round(compile_cold[b], 1),
                      "bucket_compile_s_repeat": round(compile_repeat[b], 2)})
@@ -131,7 +156,7 @@ def main() -> int:
     ap.add_argument("--target", default="llvm", choices=["llvm", "cuda"])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--models", default=None, help="directory for the exported ONNX file (default: a temp dir)")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds")
     args = ap.parse_args()
     directory = Path(args.models or os.environ.get("EMBER_MODEL_DIR") or tempfile.mkdtemp(prefix="ember-dyn-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -144,14 +169,13 @@ def main() -> int:
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "ember": ember.__version__,
             "onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
             "model": "ResNet-50 (torchvision, random weights), float32, batch dimension symbolic",
-            "timing": "best of interleaved rounds (dynamic and fixed alternate); CUDA: inputs on the device, "
-                      "synchronised, CUDA graphs on (the default)",
+            "timing": "interleaved rounds (dynamic and fixed alternate, >= 0.2 s each); best per model and the "
+                      "median of the per-round ratios; CUDA: inputs on the device, synchronised, CUDA graphs on "
+                      "(the default)",
             "note": "the CPU figures taken during a session on a shared 2-core machine are noisy; the ratio "
                     "(same process, interleaved) is the figure to read"}
     lines = [table(res["rows"], list(res["rows"][0])),
              f"variant lookup: {res['lookup_overhead_us']} us per call (tiny graph: {res['tiny_call_us']})"]
-    from common import write_outputs
-
     text = write_outputs(args.out, f"dynamic_shapes_{args.target}", {"meta": meta, **res}, lines)
     print(text)
     return 0 if all(r["max_rel_err_vs_ort"] <= 1e-4 for r in res["rows"]) else 1

@@ -254,10 +254,11 @@ def compile(
             lambda g: compile_model(g, target, fuse, verbose, tf32, configs))),
             cuda_graphs, dev)
     except SymbolicShapes as exc:  # dimensions given at call time: one compiled variant per input shape
-        fixed, vprec = dict(input_shapes or {}), "tf32" if tf32 else "float32"  # (float16 already rewritten)
-        per_shape = _per_shape(exc, target, lambda shapes: compile(
-            model, target, {**fixed, **shapes}, fuse, verbose, use_cache, cuda_graphs, vprec))
-        per_shape.source = _source_of(model, target, input_shapes, fuse, precision)
+        source = _source_of(model, target, input_shapes, fuse, precision)
+        per_shape = _per_shape(exc, target, _variant_compiler(  # (a float16 model is rewritten already)
+            source["onnx"] if source else model, target, input_shapes, fuse, verbose, use_cache, cuda_graphs,
+            "tf32" if tf32 else "float32"))
+        per_shape.source = source
         return _with_graphs(per_shape, cuda_graphs, dev)
     t0 = time.perf_counter()
     compiled = compile_model(graph, target, fuse, verbose, tf32, configs)
@@ -348,6 +349,21 @@ def _per_shape(declared: Any, target: str, compile_variant: Any) -> Model:
                                               compile_variant))
 
 
+def _variant_compiler(model: Any, target: str, input_shapes: Mapping[str, Sequence[int]] | None, fuse: bool,
+                      verbose: bool, use_cache: bool, cuda_graphs: bool, precision: str) -> Any:
+    """The compile step of a model with symbolic dimensions: ``shapes`` (name -> shape of each
+    shaped input, on top of the fixed ``input_shapes``) -> the fixed-shape model, through
+    :func:`compile` (so the kernel and whole-model caches answer repeats)."""
+    fixed = dict(input_shapes or {})
+
+    def compile_variant(shapes: dict[str, tuple[int, ...]]) -> Model:
+        variant = compile(model, target, {**fixed, **shapes}, fuse, verbose, use_cache, cuda_graphs, precision)
+        variant.source = None  # the model with symbolic dimensions holds the source, once
+        return variant
+
+    return compile_variant
+
+
 def _with_compiler(model: Model) -> Model:
     """A loaded model with symbolic dimensions, able to compile variants for new input shapes
     from the ONNX source it embeds (with the options it was saved with); other models as they are."""
@@ -356,9 +372,8 @@ def _with_compiler(model: Model) -> Model:
     spec = model._specializer
     if not isinstance(spec, ShapeSpecializer) or spec.compile_shapes is not None or not model.source:
         return model
-    onnx_bytes, opts = model.source["onnx"], model.source.get("options", {})
-    fixed = dict(opts.get("input_shapes") or {})
-    spec.compile_shapes = lambda shapes: compile(
-        onnx_bytes, str(opts.get("target", "llvm")), {**fixed, **shapes}, bool(opts.get("fuse", True)),
-        precision=str(opts.get("precision", "float32")))
+    opts = model.source.get("options", {})
+    spec.compile_shapes = _variant_compiler(model.source["onnx"], str(opts.get("target", "llvm")),
+                                            opts.get("input_shapes"), bool(opts.get("fuse", True)), False, True,
+                                            model.cuda_graphs, str(opts.get("precision", "float32")))
     return model

@@ -229,3 +229,24 @@ def test_a_new_bucket_hits_the_compile_cache_on_repeats(rng) -> None:
     again = ember.compile(m)(x)[0]  # a fresh model, the same bucket: every kernel from the cache
     assert entries() == before
     np.testing.assert_array_equal(first, again)
+
+
+def test_threads_calling_with_different_shapes_share_the_variants(rng) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = graphs.conv_matmul_reshape(rng)
+    model, sess = ember.compile(m), _ort(m)
+    xs = [rng.standard_normal((1 + k % 2, 3, 4, 5 + 4 * (k % 3))).astype(np.float32) for k in range(12)]
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda x: model(x)[0], xs))
+    for x, got in zip(xs, outs):
+        np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-4)
+    assert len(model.variants) == 6 and model._specializer.compiles == 6  # each shape compiled once
+
+
+def test_profile_runs_the_variant_of_the_shapes_given(rng) -> None:
+    model = ember.compile(graphs.conv_matmul_reshape(rng))
+    x = rng.standard_normal((2, 3, 4, 9)).astype(np.float32)
+    prof = model.profile(x, repeat=2)
+    assert len(list(prof)) >= 1 and all(t >= 0 for _, t in prof)
+    assert model.variants == [{"x": (2, 3, 4, 9)}]
