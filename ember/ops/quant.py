@@ -65,6 +65,22 @@ def _check_float_zp(ctx: OpContext, i: int, dt: str) -> None:
         raise ctx.fail(f"the zero point of a {dt} quantization must be 0 (ONNX); give zeros or no zero point")
 
 
+_SCALE_TYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def check_qparams(ctx: OpContext, what: str, q: Tensor | str, scale: Tensor | None, zp: Tensor | None) -> None:
+    """Fail (an error naming the node) when the scale of quantized value ``what`` is missing or not
+    a float, or its zero point is not of the quantized type ``q`` (a tensor or a type name)."""
+    qdt = q if isinstance(q, str) else dtype_of(q)
+    if scale is None:
+        raise ctx.fail(f"the scale of {what} is missing; every quantized value needs one")
+    if dtype_of(scale) not in _SCALE_TYPES:
+        raise ctx.fail(f"the scale of {what} has type {dtype_of(scale)}; scales are floats ({', '.join(_SCALE_TYPES)})")
+    if zp is not None and dtype_of(zp) != qdt:
+        raise ctx.fail(f"the zero point of {what} has type {dtype_of(zp)}, but {what} is {qdt}: "
+                       f"give a {qdt} zero point")
+
+
 def param_loader(ctx: OpContext, p: Tensor, xs: tuple[int, ...], axis: int, block: int) -> Loader:
     """A function from an index of ``x`` (shape ``xs``) to the scale or zero point ``p`` that
     applies there: per tensor, per ``axis`` or in blocks of ``block`` along ``axis``."""
@@ -112,6 +128,7 @@ def quantize_linear(ctx: OpContext, x: Tensor, scale: Tensor, zp: Tensor | None 
     if odt in _FLOAT_Q:
         return _quantize_float(ctx, x, scale, zp, odt)
     lo, hi = _qtype(odt, ctx)
+    check_qparams(ctx, "the output", odt, scale, zp)
     axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
     if block < 0:
         raise ctx.fail(f"block_size must be positive, not {block}")
@@ -182,6 +199,7 @@ def dequantize_linear(ctx: OpContext, x: Tensor, scale: Tensor, zp: Tensor | Non
         raise ctx.fail(
             f"input type {dtype_of(x)} is not supported (ember dequantizes {', '.join((*_RANGES, *_FLOAT_Q))}, int32)"
         )
+    check_qparams(ctx, "the input", x, scale, zp)
     axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
     sl = param_loader(ctx, scale, xs, axis, block)
     zl = param_loader(ctx, zp, xs, axis, block) if zp is not None else None
@@ -357,16 +375,26 @@ def qlinear_matmul(
     """ONNX QLinearMatMul: the int32 product of the zero-point-shifted operands, requantized
     with ``a_scale * b_scale / y_scale`` (computed in the scales' type, per tensor)."""
     _check_int8(ctx, a, b, azp, bzp, yzp)
-    for s in (a_scale, b_scale, y_scale):
-        if len(shape(s)) and _numel(s) != 1:
-            raise ctx.fail("only per-tensor scales are supported (scalars)")
+    check_qparams(ctx, "a", a, a_scale, azp)
+    check_qparams(ctx, "b", b, b_scale, bzp)
+    check_qparams(ctx, "y", yzp if yzp is not None else a, y_scale, None)
+    for s, what in ((a_scale, "a_scale"), (y_scale, "y_scale")):
+        if _numel(s) != 1:
+            raise ctx.fail(f"{what} of shape {shape(s)} must be a scalar (per tensor)")
+    N = shape(b)[-1]
+    per_col = _numel(b_scale) != 1
+    if per_col and shape(b_scale) != (N,):
+        raise ctx.fail(f"b_scale of shape {shape(b_scale)} must be a scalar or one per column of b ({N})")
     acc = matmul_integer(ctx, a, b, azp, bzp)
     sdt = dtype_of(a_scale)
     m = compute(
-        (), lambda: _scalar(a_scale) * cast(_scalar(b_scale), sdt) / cast(_scalar(y_scale), sdt), name=uname("qmm_mult")
+        (N,),
+        lambda n: _scalar(a_scale) * cast(b_scale[n] if per_col else _scalar(b_scale), sdt)
+        / cast(_scalar(y_scale), sdt),
+        name=uname("qmm_mult"),
     )
     return _requantize(
-        ctx, acc, lambda i: cast(m[()], "float64"), yzp, dtype_of(yzp) if yzp is not None else dtype_of(a)
+        ctx, acc, lambda i: cast(m[i[-1]], "float64"), yzp, dtype_of(yzp) if yzp is not None else dtype_of(a)
     )
 
 
@@ -405,7 +433,10 @@ def _conv_int(
 @register("ConvInteger", pattern="reduce")
 def conv_integer(ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None = None, wzp: Tensor | None = None) -> Tensor:
     """ONNX ConvInteger: int32 convolution of the zero-point-shifted operands."""
-    _check_int8(ctx, x, w)
+    _check_int8(ctx, x, w, xzp, wzp)
+    for zp, t, what in ((xzp, x, "x_zero_point"), (wzp, w, "w_zero_point")):
+        if zp is not None and dtype_of(zp) != dtype_of(t):
+            raise ctx.fail(f"{what} has type {dtype_of(zp)} but its operand is {dtype_of(t)}: they must be the same")
     return _conv_int(ctx, x, w, xzp, wzp, None)
 
 
@@ -425,6 +456,14 @@ def qlinear_conv(
     """ONNX QLinearConv: the int32 convolution (plus int32 bias) requantized with
     ``x_scale * w_scale / y_scale`` (``w_scale`` per tensor or per output channel)."""
     _check_int8(ctx, x, w, xzp, wzp, yzp)
+    check_qparams(ctx, "x", x, x_scale, xzp)
+    check_qparams(ctx, "w", w, w_scale, wzp)
+    check_qparams(ctx, "y", yzp if yzp is not None else x, y_scale, None)
+    for sc, what in ((x_scale, "x_scale"), (y_scale, "y_scale")):
+        if _numel(sc) != 1:
+            raise ctx.fail(f"{what} of shape {shape(sc)} must be a scalar (per tensor)")
+    if bias is not None and dtype_of(bias) != "int32":
+        raise ctx.fail(f"the bias has type {dtype_of(bias)}; QLinearConv's bias is int32")
     acc = _conv_int(ctx, x, w, xzp, wzp, bias)
     M = shape(w)[0]
     ws = shape(w_scale)
