@@ -13,6 +13,9 @@ guards exclude) and counts:
   divided by the warp size, so a warp's instruction counts ``2·m·n·k``;
 * integer arithmetic (index computation), comparisons, selects, casts and loads: 0.
 
+A ``tc.cp_async:N`` (an asynchronous global-to-shared copy) reads ``N`` bytes of its global
+source.
+
 **Bytes moved** — for every *global* buffer (a parameter of the function: inputs, outputs,
 workspaces; shared and local allocations are not memory traffic), separately for reads and
 writes: ``min(buffer size, bytes the executed accesses touch)``. A buffer read many times (a
@@ -271,6 +274,12 @@ def _expr_counts(e: E.PrimExpr) -> tuple[int, list[tuple[Buffer, int]]]:
         elif isinstance(n, E.Call):
             if n.op.startswith("tc.mma:"):
                 flops += _mma_flops_per_lane(n.op)
+            elif n.op.startswith("tc.cp_async:"):
+                # an asynchronous copy of N bytes: its arguments are the first element of the
+                # shared destination and of the global source
+                nbytes = int(n.op.split(":", 1)[1])
+                loads.extend((a.buffer, nbytes) for a in n.args if isinstance(a, E.BufferLoad))
+                continue
             elif n.dtype.is_float and n.op not in _NOT_MATH:
                 flops += (2 if n.op == "fma" else 1) * n.dtype.lanes
             stack.extend(n.args)

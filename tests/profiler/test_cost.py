@@ -96,3 +96,15 @@ def test_cost_json_round_trip_rejects_bad_data() -> None:
     assert cost_mod.Cost.from_json(c.to_json()) == c
     for bad in (None, [], {"flops": -1, "bytes_read": 0, "bytes_written": 0}, {"flops": "1"}):
         assert cost_mod.Cost.from_json(bad) is None
+
+
+def test_tensor_core_gemm_counts_the_mma_instructions_and_async_copies() -> None:
+    # lowering for CUDA needs no GPU; tiles divide 128 x 128 x 64, so nothing is padded
+    from ember.strategy.tensorcore import tensorcore_matmul
+
+    m, n, k = 128, 128, 64
+    s, args = tensorcore_matmul(m, n, k, target="cuda -arch=sm_80")
+    c = count_cost(lower(s, args, "tc", target="cuda -arch=sm_80"))
+    assert c.flops == 2 * m * n * k  # mma.m16n8k16: 2*16*8*16 per warp instruction
+    assert c.bytes_read == 2 * (m * k + k * n)  # float16 operands through 16-byte cp.async copies
+    assert c.bytes_written == 4 * m * n  # float32 accumulators
