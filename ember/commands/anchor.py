@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import ArgumentError, EmberError
 from ..model.model import Model
 
@@ -55,3 +57,25 @@ def ort_run(sess: Any, feeds: dict[str, Any]) -> list[Any]:
         return sess.run(None, feeds)
     except ort_errors() as exc:
         raise EmberError(f"onnxruntime failed to run the model: {exc}") from exc
+
+
+def normalised_error(ours: Any, ref: Any) -> tuple[float, float]:
+    """(error, largest absolute difference) of ``ours`` against ``ref``: for floats
+    ``max|ours - ref| / max|ref|`` (NaN where both are NaN counts as equal; the scale ignores
+    infinities), for integers and booleans the share of elements that differ; infinite when the
+    shapes differ."""
+    a, b = np.asarray(ours), np.asarray(ref)
+    if a.shape != b.shape:
+        return float("inf"), float("inf")
+    if b.size == 0:
+        return 0.0, 0.0
+    if b.dtype.kind in "fc":
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        both_nan = np.isnan(a64) & np.isnan(b64)
+        d = np.where(both_nan, 0.0, np.abs(a64 - b64))
+        d = np.where(np.isnan(d), np.inf, d)
+        scale = float(np.nanmax(np.abs(np.where(np.isfinite(b64), b64, 0.0)))) or 1.0
+        m = float(d.max())
+        return m / scale, m
+    wrong = a != b
+    return float(wrong.mean()), float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())

@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .anchor import onnx_bytes, ort_run, ort_session
+from ..nd import array as nd_array
+from .anchor import normalised_error, onnx_bytes, ort_run, ort_session
 from .common import add_input_options, add_model_options, add_timing_options, model_inputs, open_model, reported
 
 
@@ -24,7 +25,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_options(p)
     add_input_options(p)
     add_timing_options(p, warmup=10, repeat=50, what="calls")
-    p.add_argument("--compare", choices=("onnxruntime",), default=None, help="also time ONNX Runtime")
+    p.add_argument("--io", choices=("host", "device"), default="host",
+                   help="host (default): NumPy arrays in and out of every call, copies included; device: the "
+                        "inputs placed on the model's device once and the outputs left there (run_on_device)")
+    p.add_argument("--compare", choices=("onnxruntime",), default=None,
+                   help="also time ONNX Runtime (with NumPy arrays in and out)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the figures as JSON")
     p.set_defaults(func=run)
 
@@ -54,24 +59,26 @@ def run(args: argparse.Namespace) -> int:
     with reported("bench") as status:
         model, secs = open_model(args)
         feeds = model_inputs(args, model)
-        fns: dict[str, Callable[[], Any]] = {"ember": lambda: model.run(feeds)}
-        label = {"ember": f"ember ({model.target})"}
+        if args.io == "device":
+            placed = {k: nd_array(v, model.device) for k, v in feeds.items()}
+            fns: dict[str, Callable[[], Any]] = {"ember": lambda: model.run_on_device(placed)}
+        else:
+            fns = {"ember": lambda: model.run(feeds)}
+        label = {"ember": f"ember ({model.target}, {args.io} arrays)"}
         agree = None
         if args.compare == "onnxruntime":
             sess, provider = ort_session(onnx_bytes(args.model, model), model.target)
             fns["onnxruntime"] = lambda: sess.run(None, feeds)  # checked by ort_run below
-            label["onnxruntime"] = f"onnxruntime ({provider})"
+            label["onnxruntime"] = f"onnxruntime ({provider}, host arrays)"
             ours, theirs = model.run(feeds), ort_run(sess, feeds)
-            agree = max((float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-                         / max(float(np.max(np.abs(np.asarray(b, np.float64)))), 1e-30)
-                         for a, b in zip(ours, theirs) if np.asarray(b).size), default=0.0)
+            agree = max((normalised_error(a, b)[0] for a, b in zip(ours, theirs)), default=0.0)
         res = measure(fns, args.warmup, args.repeat)
         print(f"ember bench: {args.model}, target {model.target}, compiled/loaded in {secs:.1f} s; "
               f"{args.warmup} warm-up + {args.repeat} timed calls each" + (", interleaved" if len(fns) > 1 else ""))
-        print(f"{'runtime':<40} {'median ms':>10} {'p10':>9} {'p90':>9} {'min':>9}")
+        print(f"{'runtime':<48} {'median ms':>10} {'p10':>9} {'p90':>9} {'min':>9}")
         for k, s in res.items():
-            print(f"{label[k]:<40} {s['median_ms']:>10.3f} {s['p10_ms']:>9.3f} {s['p90_ms']:>9.3f} {s['min_ms']:>9.3f}")
-        out: dict[str, Any] = {"model": args.model, "target": model.target, "results": res}
+            print(f"{label[k]:<48} {s['median_ms']:>10.3f} {s['p10_ms']:>9.3f} {s['p90_ms']:>9.3f} {s['min_ms']:>9.3f}")
+        out: dict[str, Any] = {"model": args.model, "target": model.target, "io": args.io, "results": res}
         if "onnxruntime" in res:
             ratio = res["ember"]["median_ms"] / res["onnxruntime"]["median_ms"]
             out["ember_over_onnxruntime"] = ratio

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ArgumentError
-from .anchor import ort_run, ort_session
+from .anchor import normalised_error, ort_run, ort_session
 from .common import add_input_options, add_model_options, model_inputs, open_model, reported
 
 #: Default tolerance of the normalised error per precision: float32 kernels reassociate sums
@@ -84,24 +84,6 @@ def expose_intermediates(model: object) -> tuple[object, list[tuple[int, str, st
     return out, [e for e in exposed if e[3] in names]
 
 
-def _diff(ours: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
-    a, b = np.asarray(ours), np.asarray(ref)
-    if a.shape != b.shape:
-        return float("inf"), float("inf")
-    if b.size == 0:
-        return 0.0, 0.0
-    if b.dtype.kind in "fc":
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        both_nan = np.isnan(a64) & np.isnan(b64)
-        d = np.where(both_nan, 0.0, np.abs(a64 - b64))
-        d = np.where(np.isnan(d), np.inf, d)
-        scale = float(np.nanmax(np.abs(np.where(np.isfinite(b64), b64, 0.0)))) or 1.0
-        m = float(d.max())
-        return m / scale, m
-    wrong = a != b
-    return float(wrong.mean()), float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
-
-
 def run(args: argparse.Namespace) -> int:
     """Compare ``args.model`` with ONNX Runtime tensor by tensor."""
     import onnx
@@ -126,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         diffs = []
         for k, node, op, value in exposed:
             if value in ours and value in ref:
-                err, mx = _diff(ours[value], ref[value])
+                err, mx = normalised_error(ours[value], ref[value])
                 diffs.append(TensorDiff(k, node, op, value, tuple(np.shape(ref[value])), err, mx))
         first = next((d for d in diffs if not d.error <= tol), None)
         print(f"ember compare: {args.model}, ember {model.target} precision {args.precision} against onnxruntime "

@@ -75,10 +75,12 @@ def test_bench_against_onnxruntime(files, capsys) -> None:
     path = files["dir"] / "bench.json"
     rc, out, _ = _cli(capsys, "bench", files["mlp.onnx"], "--compare", "onnxruntime", "--warmup", "2",
                       "--repeat", "5", "--json", path, "-q")
-    assert rc == 0 and "ember (llvm)" in out and "onnxruntime (CPUExecutionProvider)" in out
+    assert rc == 0 and "ember (llvm, host arrays)" in out and "onnxruntime (CPUExecutionProvider, host arrays)" in out
     data = json.loads(path.read_text())
     assert data["results"]["ember"]["calls"] == 5 and data["results"]["onnxruntime"]["calls"] == 5
     assert data["ember_over_onnxruntime"] > 0 and data["max_rel_diff"] < 1e-5
+    rc, out, _ = _cli(capsys, "bench", files["mlp.onnx"], "--io", "device", "--warmup", "1", "--repeat", "3", "-q")
+    assert rc == 0 and "ember (llvm, device arrays)" in out and "onnxruntime" not in out
 
 
 def test_profile_writes_csv_trace_and_roofline(files, capsys) -> None:
