@@ -21,6 +21,7 @@ from tqdm import tqdm
 _state = threading.local()
 _WITH_TOTAL = "ember: {desc} |{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]"
 _WITHOUT_TOTAL = "ember: {desc} [{elapsed}]"
+_REFRESH_S = 0.1
 
 
 @contextlib.contextmanager
@@ -49,6 +50,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.enabled = not is_quiet()
         self._bar: Any = None
+        self._shown_at = 0.0
 
     @property
     def shown(self) -> bool:
@@ -69,7 +71,10 @@ class Progress:
         if done is not None:
             bar.n = done
         bar.set_description_str(msg[:60], refresh=False)
-        bar.refresh()
+        now = time.perf_counter()
+        if now - self._shown_at >= _REFRESH_S or (total is not None and done == total):
+            bar.refresh()  # at most ten times a second (folding reports every node)
+            self._shown_at = now
 
     def done(self, msg: str) -> None:
         """Close the bar with a final ``msg`` (only when the bar was shown)."""
