@@ -4,7 +4,7 @@
 result in ``<ember cache>/peaks.json`` (``~/.cache/ember`` unless ``EMBER_CACHE_DIR`` says
 otherwise):
 
-* CPU — compute: the best of several float32 NumPy matrix products (n = 1024, through NumPy's
+* CPU — compute: the best of ten float32 NumPy matrix products (n = 1024, through NumPy's
   BLAS on every core); bandwidth: the best of several ``np.copyto`` of 64 MiB (read + write
   counted);
 * CUDA — bandwidth: a 256 MiB device-to-device copy timed with CUDA events (read + write);
@@ -160,7 +160,7 @@ def _measure_cpu(name: str) -> Peaks:
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
     c = np.empty((n, n), np.float32)
-    t = _best(lambda: np.matmul(a, b, out=c), 5)
+    t = _best(lambda: np.matmul(a, b, out=c), 10)
     src = np.ones(16 << 20, np.float32)
     dst = np.empty_like(src)
     tc = _best(lambda: np.copyto(dst, src), 5)

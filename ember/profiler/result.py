@@ -96,6 +96,10 @@ class ProfileResult:
     def __init__(self, times: list[StepTime], plan: dict[str, Any], labels: list[str], runs: int,
                  device: str, target: str, clock: str, track: str,
                  peaks: Peaks | Callable[[], Peaks] | None = None):
+        """Made by ``Model.profile``: ``times`` from :meth:`StepRecorder.finish`, the program's
+        ``plan`` and step ``labels``, the number of recorded ``runs``, the ``device`` and
+        ``target``, the ``clock`` and ``track`` the recorder used, and the device's ``peaks``
+        (or a function measuring them on first use; None: no roofline columns)."""
         self.device = device
         self.target = target
         #: The clock the times come from (see :mod:`ember.profiler.recorder`).
