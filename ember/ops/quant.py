@@ -480,3 +480,152 @@ def qlinear_conv(
     return _requantize(
         ctx, acc, lambda i: cast(mt[i[1]], "float64"), yzp, dtype_of(yzp) if yzp is not None else dtype_of(x)
     )
+
+
+# -- com.microsoft quantized operators (what onnxruntime.quantization writes in QOperator format) --
+def _quantize_f32(ctx: OpContext, v: E.PrimExpr, y_scale: Tensor, yzp: Tensor | None, odt: str) -> E.PrimExpr:
+    """``saturate(rint(v / y_scale) + y_zero_point)`` in float32, as ONNX Runtime's kernels do."""
+    lo, hi = _qtype(odt, ctx)
+    q = te.round(v / cast(_scalar(y_scale), "float32"))
+    if yzp is not None:
+        q = q + cast(_scalar(yzp), "float32")
+    return cast(_saturate(q, lo, hi), odt)
+
+
+def _per_tensor(ctx: OpContext, **params: Tensor | None) -> None:
+    for what, t in params.items():
+        if t is not None and _numel(t) != 1:
+            raise ctx.fail(f"{what} of shape {shape(t)} must be a scalar (per tensor)")
+
+
+@register("com.microsoft.QLinearAdd")
+def qlinear_add(
+    ctx: OpContext,
+    a: Tensor,
+    a_scale: Tensor,
+    azp: Tensor | None,
+    b: Tensor,
+    b_scale: Tensor,
+    bzp: Tensor | None,
+    c_scale: Tensor,
+    czp: Tensor | None = None,
+) -> Tensor:
+    """com.microsoft QLinearAdd: ``quantize(dequantize(a) + dequantize(b))`` with broadcasting,
+    per-tensor scales, in float32."""
+    _check_int8(ctx, a, b, azp, bzp, czp)
+    check_qparams(ctx, "a", a, a_scale, azp)
+    check_qparams(ctx, "b", b, b_scale, bzp)
+    check_qparams(ctx, "c", czp if czp is not None else a, c_scale, None)
+    _per_tensor(ctx, a_scale=a_scale, a_zero_point=azp, b_scale=b_scale, b_zero_point=bzp, c_scale=c_scale,
+                c_zero_point=czp)
+    out = broadcast_shapes(shape(a), shape(b))
+    odt = dtype_of(czp) if czp is not None else dtype_of(a)
+
+    def body(*i: Any) -> E.PrimExpr:
+        da = cast(bcast_load(a, out, i), "float32") - (cast(_scalar(azp), "float32") if azp is not None else 0.0)
+        db = cast(bcast_load(b, out, i), "float32") - (cast(_scalar(bzp), "float32") if bzp is not None else 0.0)
+        v = da * cast(_scalar(a_scale), "float32") + db * cast(_scalar(b_scale), "float32")
+        return _quantize_f32(ctx, v, c_scale, czp, odt)
+
+    return compute(out, body, name=uname("qadd"))
+
+
+@register("com.microsoft.QLinearGlobalAveragePool", pattern="reduce")
+def qlinear_global_average_pool(
+    ctx: OpContext, x: Tensor, x_scale: Tensor, xzp: Tensor | None, y_scale: Tensor, yzp: Tensor | None = None
+) -> Tensor:
+    """com.microsoft QLinearGlobalAveragePool (NCHW, or NHWC with ``channels_last``): the mean of
+    ``x - x_zero_point`` over the spatial axes, scaled by ``x_scale / y_scale``, plus
+    ``y_zero_point``."""
+    _check_int8(ctx, x, xzp, yzp)
+    check_qparams(ctx, "x", x, x_scale, xzp)
+    check_qparams(ctx, "y", yzp if yzp is not None else x, y_scale, None)
+    _per_tensor(ctx, x_scale=x_scale, x_zero_point=xzp, y_scale=y_scale, y_zero_point=yzp)
+    xs = shape(x)
+    if len(xs) < 3:
+        raise ctx.fail(f"input of shape {xs} must have at least 3 dimensions")
+    last = int(ctx.attr("channels_last", 0))
+    sp = list(range(1, len(xs) - 1)) if last else list(range(2, len(xs)))
+    n = int(np.prod([xs[d] for d in sp]))
+    axes = [te.reduce_axis((0, xs[d]), name=f"r{d}") for d in sp]
+    out = tuple(1 if d in sp else xs[d] for d in range(len(xs)))
+
+    def total(*i: Any) -> E.PrimExpr:
+        idx = list(i)
+        for d, r in zip(sp, axes):
+            idx[d] = r.var
+        v = cast(x[tuple(idx)], "int32")
+        if xzp is not None:
+            v = v - cast(_scalar(xzp), "int32")
+        return te.sum(v, axis=axes)
+
+    acc = compute(out, total, name=uname("qgap_sum"))
+    odt = dtype_of(yzp) if yzp is not None else dtype_of(x)
+    mult = cast(_scalar(x_scale), "float32") / cast(n, "float32")
+    return compute(out, lambda *i: _quantize_f32(ctx, cast(acc[i], "float32") * mult, y_scale, yzp, odt),
+                   name=uname("qgap"))
+
+
+@register("com.microsoft.QGemm", pattern="heavy")
+def qgemm(
+    ctx: OpContext,
+    a: Tensor,
+    a_scale: Tensor,
+    azp: Tensor | None,
+    b: Tensor,
+    b_scale: Tensor,
+    bzp: Tensor | None,
+    c: Tensor | None = None,
+    y_scale: Tensor | None = None,
+    yzp: Tensor | None = None,
+) -> Tensor:
+    """com.microsoft QGemm: ``alpha * (A - a_zp) (B - b_zp) * a_scale * b_scale`` (``b_scale``,
+    ``b_zero_point`` per tensor or per output column) plus the int32 bias ``C`` at scale
+    ``a_scale * b_scale``; float32, or quantized with ``y_scale``/``y_zero_point``. On the packed
+    integer GEMM."""
+    _check_int8(ctx, a, b, azp, bzp, yzp)
+    check_qparams(ctx, "a", a, a_scale, azp)
+    check_qparams(ctx, "b", b, b_scale, bzp)
+    _per_tensor(ctx, a_scale=a_scale, a_zero_point=azp, y_scale=y_scale, y_zero_point=yzp)
+    ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
+    alpha = float(ctx.attr("alpha", 1.0))
+    sa, sb = shape(a), shape(b)
+    if len(sa) != 2 or len(sb) != 2:
+        raise ctx.fail(f"A {sa} and B {sb} must be matrices")
+    M, K = (sa[1], sa[0]) if ta else sa
+    K2, N = (sb[1], sb[0]) if tb else sb
+    if K != K2:
+        raise ctx.fail(f"A {sa} and B {sb} (transA={ta}, transB={tb}) differ in the inner dimension")
+    for what, t in (("b_scale", b_scale), ("b_zero_point", bzp)):
+        if t is not None and _numel(t) != 1 and shape(t) != (N,):
+            raise ctx.fail(f"{what} of shape {shape(t)} must be a scalar or one per output column ({N})")
+    if c is not None and dtype_of(c) != "int32":
+        raise ctx.fail(f"C has type {dtype_of(c)}; QGemm's bias is int32")
+
+    def col(t: Tensor, n: Any) -> E.PrimExpr:
+        return t[n] if _numel(t) != 1 else _scalar(t)
+
+    a32 = wide_copy(a, lambda *i: cast(a[i], "int32") - (cast(_scalar(azp), "int32") if azp is not None else 0),
+                    "qgemm_a")
+
+    def a_at(li: tuple[Any, ...], m: Any, kk: Any) -> E.PrimExpr:
+        return a32[kk, m] if ta else a32[m, kk]
+
+    def b_at(kk: Any, n: Any) -> E.PrimExpr:
+        v = cast(b[n, kk] if tb else b[kk, n], "int32")
+        return v - cast(col(bzp, n), "int32") if bzp is not None else v
+
+    acc = packed_product(a_at, b_at, (), M, K, N, "int32", ctx.strategy, "qgemm")
+    out = (M, N)
+
+    def body(m: Any, n: Any) -> E.PrimExpr:
+        v = acc[m, n]
+        if c is not None:
+            v = v + bcast_load(c, out, (m, n))
+        f = cast(v, "float32") * (cast(_scalar(a_scale), "float32") * cast(col(b_scale, n), "float32")
+                                  * E.const(alpha, "float32"))
+        if y_scale is None:
+            return f
+        return _quantize_f32(ctx, f, y_scale, yzp, dtype_of(yzp) if yzp is not None else dtype_of(a))
+
+    return compute(out, body, name=uname("qgemm"))
