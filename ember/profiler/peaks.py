@@ -114,7 +114,10 @@ def device_peaks(device: Any, cache_dir: str | os.PathLike[str] | None = None, m
     second) and cached, else (``measure=False`` or nothing to measure with) the datasheet.
     ``refresh`` measures again and replaces the cached figures (after a measurement on a busy
     machine)."""
-    name = device_name(device)
+    try:
+        name = device_name(device)
+    except DeviceError as exc:  # the driver cannot describe the device: no roofs, and why
+        return Peaks(str(device), None, f"unknown: {exc}", None, f"unknown: {exc}")
     key = f"{device.kind}:{name}"
     path = _cache_file(cache_dir)
     cached = None if refresh else _from_json(_read(path).get(key))
