@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.ember-installed
 TEST_STAMP := $(VENV)/.ember-test-installed
 
-.PHONY: demo test lint system-deps clean fuzz
+.PHONY: demo test lint system-deps clean fuzz tune-bench
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,16 @@ test: $(TEST_STAMP) system-deps
 FUZZ_MINUTES ?= 30
 fuzz: $(TEST_STAMP)
 	$(VPY) -m tests.fuzz.run --minutes $(FUZZ_MINUTES)
+
+# The auto-tuning benchmarks (docs/tuning.md; `make test` runs the fast tests/tune): a 1024^3 GEMM
+# tuned on the CPU next to OpenBLAS, and where an NVIDIA GPU is present SGEMM 4096^3 against cuBLAS
+# and ResNet-50's kernels. Results in benchmarks/results/tune_*.json.
+TUNE_TRIALS ?= 200
+tune-bench: $(TEST_STAMP)
+	$(VPY) benchmarks/tune_cpu.py --n 1024 --trials $(TUNE_TRIALS) --threads 2 --out benchmarks/results
+	@if $(VPY) -c "from ember.tune.keys import gpu_present; raise SystemExit(not gpu_present('cuda'))"; then \
+	  $(VPY) benchmarks/tune_gpu.py --out benchmarks/results; \
+	else echo "tune-bench: no NVIDIA GPU here, the GPU tuning benchmark is skipped"; fi
 
 # ruff, and import-linter's layer contracts (pyproject.toml: no module imports a layer above it).
 lint: $(TEST_STAMP)

@@ -29,20 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
 
 from common import median_ms, write_outputs  # noqa: E402
+from tune_cpu import gemm_model as sgemm_model  # noqa: E402  (y = x @ w, w a constant)
 
 import ember  # noqa: E402
-
-
-def sgemm_model(n: int) -> bytes:
-    """ONNX bytes of ``y = x @ w`` with a constant random ``w`` (``[n, n]`` float32)."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    w = np.random.default_rng(0).standard_normal((n, n)).astype("float32")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "sgemm",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])],
-                              [numpy_helper.from_array(w, "w")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:

@@ -32,7 +32,7 @@ bench_rc=0
 if [ "$what" != bench ]; then
 workers=""
 $PY -c "import xdist" 2>/dev/null && workers="-n 8"
-$PY -m pytest -q -rs -p no:cacheprovider $workers tests/gpu tests/devices tests/dynamic/test_dynamic_gpu.py tests/profiler/test_profile_gpu.py --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
+$PY -m pytest -q -rs -p no:cacheprovider $workers tests/gpu tests/devices tests/dynamic/test_dynamic_gpu.py tests/profiler/test_profile_gpu.py tests/tune/test_tune_gpu.py --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
 tests_rc=$?
 tail -n 25 "$OUT/gpu_tests.log"
 fi
