@@ -11,7 +11,8 @@ least recently used one is dropped when a new one is needed, with an :class:`Evi
 
 Each variant is an ordinary model, so it runs exactly as a fixed-shape build does (its own
 execution contexts, memory plan and, on CUDA, graphs); a dropped variant takes its run state
-with it. This module holds only the cache: the compile step is handed in by the driver.
+with it. Constants equal between variants (the weights, usually) are one array in host memory.
+This module holds only the cache: the compile step is handed in by the driver.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -37,6 +39,9 @@ ShapeKey = tuple[tuple[int, ...], ...]
 CompileShapes = Callable[[dict[str, tuple[int, ...]]], Model]
 #: Variants kept per model unless ``max_variants`` says otherwise.
 DEFAULT_MAX_VARIANTS = 8
+#: Input dtypes checked before a variant is compiled (the executor checks the others after).
+_PLAIN_DTYPES = frozenset({"bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                           "uint16", "uint32", "uint64"})
 
 _log = logging.getLogger("ember.dynamic")
 
@@ -85,6 +90,17 @@ def check_shapes(declared: Sequence[TensorSpec], shapes: Mapping[str, tuple[int,
     return sizes
 
 
+def check_dtypes(declared: Sequence[TensorSpec], given: Mapping[str, Any]) -> None:
+    """Raise :class:`~ember.errors.ArgumentError` when a NumPy array in ``given`` has another
+    dtype than its input declares (checked before a variant is compiled for it; other values and
+    types are checked by the executor)."""
+    for spec in declared:
+        v = given[spec.name]
+        if isinstance(v, np.ndarray) and spec.dtype in _PLAIN_DTYPES and v.dtype != np.dtype(spec.dtype):
+            raise ArgumentError(f"input {spec.name!r} has dtype {v.dtype}, but the model declares {spec.dtype}: "
+                                f"convert it with x.astype({spec.dtype!r})")
+
+
 def _fmt(dims: Sequence[Dim]) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
@@ -115,6 +131,9 @@ class ShapeSpecializer:
         self.compile_shapes = compile_shapes
         self.max_variants = max_variants
         self._variants: OrderedDict[ShapeKey, Model] = OrderedDict()
+        # One array per distinct constant of the variants, while some variant holds it.
+        self._shared: weakref.WeakValueDictionary[tuple[str, tuple[int, ...], str], np.ndarray] = \
+            weakref.WeakValueDictionary()
         self._lock = threading.Lock()
         self._compile_lock = threading.Lock()
         #: Calls answered by a kept variant, variants compiled (or loaded), variants dropped.
@@ -163,6 +182,7 @@ class ShapeSpecializer:
             if model is None:
                 shapes = self._named(key)
                 check_shapes(self.declared, shapes)
+                check_dtypes(self.declared, given)
                 if self.compile_shapes is None:
                     raise EmberError(
                         f"this model was loaded with compiled variants for {self.variants} only and cannot compile "
@@ -183,11 +203,26 @@ class ShapeSpecializer:
         dropping the least recently used variant when ``max_variants`` are kept already."""
         key = tuple(tuple(int(d) for d in shapes[s.name]) for s in self.declared)
         check_shapes(self.declared, self._named(key))
+        self._share_constants(model)
         with self._lock:
             self._variants[key] = model
             self._variants.move_to_end(key)
             self.compiles += 1
             self._evict()
+
+    def _share_constants(self, model: Model) -> None:
+        """Make the constants of ``model`` equal to another variant's that variant's arrays (a
+        network's weights do not depend on the batch size: kept once in host memory)."""
+        if not model.is_static:
+            return
+        consts = model.program.consts
+        for name, arr in consts.items():
+            key = (name, tuple(arr.shape), arr.dtype.str)
+            kept = self._shared.get(key)
+            if kept is None:
+                self._shared[key] = arr
+            elif kept is not arr and np.array_equal(kept, arr):
+                consts[name] = kept
 
     def _evict(self) -> None:
         while len(self._variants) > self._max_variants:

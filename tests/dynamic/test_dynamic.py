@@ -250,3 +250,22 @@ def test_profile_runs_the_variant_of_the_shapes_given(rng) -> None:
     prof = model.profile(x, repeat=2)
     assert len(list(prof)) >= 1 and all(t >= 0 for _, t in prof)
     assert model.variants == [{"x": (2, 3, 4, 9)}]
+
+
+def test_a_wrong_dtype_is_refused_before_compiling(rng) -> None:
+    model = ember.compile(graphs.two_inputs_shared_symbol(rng))
+    with pytest.raises(ArgumentError, match="input 'mask' has dtype int64, but the model declares float32"):
+        model(np.zeros((2, 3, 8), np.float32), np.zeros((2, 3), np.int64))
+    assert model.variants == []
+
+
+def test_variants_share_equal_constants(rng) -> None:
+    m = graphs.conv_matmul_reshape(rng)
+    model, sess = ember.compile(m), _ort(m)
+    for shp in [(1, 3, 4, 5), (2, 3, 4, 9)]:
+        _check(model, sess, {"x": rng.standard_normal(shp).astype(np.float32)})
+    (_, a), (_, b) = model._specializer.kept()
+    common = set(a.consts) & set(b.consts)
+    assert common  # the weights (packed at compile time) of both variants
+    equal = [n for n in common if np.array_equal(a.consts[n], b.consts[n])]
+    assert equal and all(a.consts[n] is b.consts[n] for n in equal)
