@@ -49,6 +49,8 @@ class Stats:
     cost: Cost | None = None
     nodes: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)
+    #: Every call's nanoseconds, in order.
+    durations: list[int] = field(default_factory=list)
 
     @property
     def avg_ns(self) -> float:
@@ -69,11 +71,21 @@ class Stats:
             return None
         return self.cost.bytes * self.calls / self.total_ns
 
+    @property
+    def median_ns(self) -> float:
+        """Median nanoseconds per call (0 without calls): robust to a busy machine's outliers."""
+        d = sorted(self.durations)
+        if not d:
+            return 0.0
+        mid = len(d) // 2
+        return float(d[mid]) if len(d) % 2 else (d[mid - 1] + d[mid]) / 2
+
     def add(self, dur_ns: int) -> None:
         """Count one call of ``dur_ns``."""
         self.min_ns = dur_ns if not self.calls else min(self.min_ns, dur_ns)
         self.calls += 1
         self.total_ns += dur_ns
+        self.durations.append(dur_ns)
 
 
 @dataclass
@@ -131,6 +143,7 @@ class ProfileResult:
             k.calls += row.calls
             k.total_ns += row.total_ns
             k.min_ns = row.min_ns if k.calls == row.calls else min(k.min_ns, row.min_ns)
+            k.durations.extend(row.durations)
             k.nodes.extend(row.nodes)
             k.ops.extend(row.ops)
         self.kernels: list[Stats] = sorted(kernels.values(), key=lambda s: -s.total_ns)

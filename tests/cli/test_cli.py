@@ -165,3 +165,17 @@ def test_explain_a_cuda_kernel_shows_its_device_kernels_and_ptx(files, capsys) -
     assert rc == 0 and "== PTX" in out
     assert "define ptx_kernel void @k2_softmax_kernel0(" in out and ".entry k2_softmax_kernel0(" in out
     assert "@k1_matmul" not in out and ".entry k0_gemm_tanh" not in out  # only the chosen kernel
+
+
+def test_profile_next_to_onnxruntimes_own_profile(files, capsys) -> None:
+    rc, out, _ = _cli(capsys, "profile", files["mlp.onnx"], "--compare", "onnxruntime", "--repeat", "5",
+                      "--no-peaks", "-q")
+    assert rc == 0 and "next to ONNX Runtime's own profile" in out
+    rows = {ln.split()[0]: ln.split() for ln in out.splitlines() if ln.startswith(("k0_", "k1_", "k2_", "all "))}
+    # ONNX Runtime fuses Gemm+Tanh into one node named after the Gemm: tanh has no time of its own
+    assert "fc1, tanh (-)" in out
+    for name in ("k1_matmul", "k2_softmax"):
+        ember_us, ort_us, ratio = (float(v) for v in rows[name][1:4])
+        assert ember_us > 0 and ort_us > 0
+        # the ratio of the unrounded medians, within what printing to 0.1 us allows
+        assert (ember_us - 0.05) / (ort_us + 0.05) - 0.005 <= ratio <= (ember_us + 0.05) / (ort_us - 0.05) + 0.005
