@@ -13,7 +13,8 @@ Parts (``--parts``, comma-separated; default ``import,overhead`` on a CPU-only m
   (``run_on_device`` on CUDA, NumPy on the CPU), with torch tensors through the backend's runner
   (``TorchRunner``: ``data_ptr`` in, ``torch.empty`` outputs, torch's current stream), through
   ``torch.compile(backend="ember")`` (Dynamo's guards added), through ``run_on_device`` with torch
-  tensors (DLPack per call: the path before the backend), and eager PyTorch. On the CPU the
+  tensors (DLPack per call: the path before the backend), eager PyTorch, and the module through
+  ``torch.compile`` with a backend that runs the graph eagerly (what Dynamo itself costs). On the CPU the
   functions are timed in interleaved rounds (a shared machine).
 * ``latency`` (CUDA): ResNet-18, ResNet-50 (torchvision) and BERT-base (transformers, sequence
   128), batch 1, random weights, TF32 off: eager, ``torch.compile`` with inductor and with ember
@@ -41,7 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS, interleaved, machine, median_ms, write_outputs  # noqa: E402
 
 import ember  # noqa: E402
-from ember.torch_backend.export import GraphInputs, export_onnx  # noqa: E402
+from ember.torch_backend import ember_backend  # noqa: E402
+from ember.torch_backend.export import GraphInputs, concrete, export_onnx  # noqa: E402
 from ember.torch_backend.runner import TorchRunner  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "torch_backend"))
@@ -79,7 +81,7 @@ def import_paths() -> list[dict[str, Any]]:
         gm, ex, capture_s = _capture(module, args)
         kinds = GraphInputs.of(gm, ex).kinds
         t0 = time.perf_counter()
-        data, _ = export_onnx(gm, kinds, [int(a) if isinstance(a, torch.SymInt) else a for a in ex])
+        data, _ = export_onnx(gm, kinds, [concrete(a) for a in ex])
         export_s = time.perf_counter() - t0
         proto = onnx.load_from_string(data)
         ops = collections.Counter(op_key(n) for n in proto.graph.node)
@@ -151,8 +153,12 @@ def overhead(cuda: bool) -> dict[str, Any]:
     lin.weight.data.copy_(wt.t())
     net = torch.nn.Sequential(lin, torch.nn.ReLU()).eval()
     with torch.no_grad():
-        compiled = torch.compile(net, backend="ember")
+        compiled = torch.compile(net, backend=ember_backend)
         compiled(xt)
+        # Dynamo's own cost: the same module through torch.compile with a backend that runs the
+        # captured graph eagerly.
+        dynamo_eager = torch.compile(net, backend=lambda gm, example_inputs: gm.forward)
+        dynamo_eager(xt)
     want = torch.relu(xt @ wt)
     for got in (runner([xt])[0], compiled(xt)):
         assert float((got - want).abs().max()) < 1e-4 * float(want.abs().max())
@@ -164,6 +170,7 @@ def overhead(cuda: bool) -> dict[str, Any]:
             "torch_compile_ember_us": lambda: compiled(xt),
             "torch_via_dlpack_run_on_device_us": lambda: m.run_on_device(xt),
             "torch_eager_us": lambda: torch.relu(xt @ wt),
+            "torch_compile_eager_backend_us": lambda: dynamo_eager(xt),
         }
         sync = torch.cuda.synchronize
         with torch.no_grad():
@@ -179,6 +186,7 @@ def overhead(cuda: bool) -> dict[str, Any]:
             "torch_runner_us": lambda: runner([xt]),
             "torch_compile_ember_us": lambda: compiled(xt),
             "torch_eager_us": lambda: torch.relu(xt @ wt),
+            "torch_compile_eager_backend_us": lambda: dynamo_eager(xt),
         }
         with torch.no_grad():
             best = interleaved(fns, rounds=7, min_time=0.05, settle=0.05)
@@ -226,7 +234,7 @@ def latency(budget_s: float) -> list[dict[str, Any]]:
         with torch.no_grad():
             want = first(net(*args))
             row["eager_ms"] = round(median_ms(lambda net=net, args=args: net(*args), sync), 3)
-            for label, backend in (("ember", "ember"), ("inductor", "inductor")):
+            for label, backend in (("ember", ember_backend), ("inductor", "inductor")):
                 if time.perf_counter() - start > budget_s:
                     row[f"{label}_ms"] = None
                     continue

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Runs every GPU test (tests/gpu, tests/devices, the GPU files of tests/dynamic and tests/profiler) and every GPU benchmark of ember in one go on a machine with an NVIDIA GPU.
+# Runs every GPU test (tests/gpu, tests/devices, the GPU files of tests/dynamic and tests/profiler, tests/torch_backend) and every GPU benchmark of ember in one go on a machine with an NVIDIA GPU.
 # Needs no network: python3 with numpy, llvmlite, pytest (and torch/triton for the benchmarks).
 # Results go to $OUT (default: ./gpu_check_out): gpu_tests.log, gpu_tests.xml, gpu_bench.json,
 # gpu_bench.md, gpu_bench.log, launch_overhead.json, models_gpu.json/.md, tensorcore_bench.json/.md,
-# tensorcore_models.json/.md, dynamic_shapes_cuda.json/.md, env.txt. Exit status:
+# tensorcore_models.json/.md, dynamic_shapes_cuda.json/.md, torch_backend_<gpu>.json/.md, env.txt. Exit status:
 # non-zero when a test failed. Wheels in .whl/ (the EfficientNet-Lite0 packages, which the GPU
 # machine lacks; see README) are installed first into /tmp/site when present.
 # Usage: scripts/gpu_check.sh [all|tests|bench]   (two halves, for machines with a per-call time limit)
@@ -18,6 +18,13 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 EMBER_CACHE_DIR="$OUT/.cache"
+# torch.compile finds backend="ember" through ember's package metadata (an entry point); without a pip
+# install, a minimal dist-info on the path gives Python that metadata.
+EP_DIR=/tmp/ember_entry_points/ember-0.1.0.dist-info
+mkdir -p "$EP_DIR"
+printf 'Metadata-Version: 2.1\nName: ember\nVersion: 0.1.0\n' > "$EP_DIR/METADATA"
+printf '[torch_dynamo_backends]\nember = ember.torch_backend:ember_backend\n' > "$EP_DIR/entry_points.txt"
+export PYTHONPATH="$PYTHONPATH:/tmp/ember_entry_points"
 # Exported ONNX networks shared by the model tests and benchmarks/models_gpu.py.
 export EMBER_MODEL_DIR=${EMBER_MODEL_DIR:-/tmp/ember_models}
 mkdir -p "$EMBER_MODEL_DIR"
@@ -32,7 +39,7 @@ bench_rc=0
 if [ "$what" != bench ]; then
 workers=""
 $PY -c "import xdist" 2>/dev/null && workers="-n 8"
-$PY -m pytest -q -rs -p no:cacheprovider $workers tests/gpu tests/devices tests/dynamic/test_dynamic_gpu.py tests/profiler/test_profile_gpu.py tests/tune/test_tune_gpu.py --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
+$PY -m pytest -q -rs -p no:cacheprovider $workers tests/gpu tests/devices tests/dynamic/test_dynamic_gpu.py tests/profiler/test_profile_gpu.py tests/torch_backend tests/tune/test_tune_gpu.py --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
 tests_rc=$?
 tail -n 25 "$OUT/gpu_tests.log"
 fi
@@ -49,6 +56,8 @@ tail -n 8 "$OUT/tensorcore_bench.log"
 $PY benchmarks/tensorcore_models.py --out "$OUT" --models "$EMBER_MODEL_DIR" ${TC_MODELS_ARGS:-} \
   > "$OUT/tensorcore_models.log" 2>&1 || bench_rc=1
 tail -n 6 "$OUT/tensorcore_models.log"
+$PY benchmarks/torch_backend.py --out "$OUT" > "$OUT/torch_backend.log" 2>&1 || bench_rc=1
+tail -n 20 "$OUT/torch_backend.log"
 # Symbolic-batch ResNet-50: one artifact at batch 1 and 8 against the fixed-shape builds (goal <= 1.1x).
 $PY benchmarks/dynamic_shapes.py --target cuda --out "$OUT" --models "$EMBER_MODEL_DIR" \
   > "$OUT/dynamic_shapes.log" 2>&1 || bench_rc=1

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from ..errors import EmberError, FrontendError
-from .export import EXPORT_ERRORS, GraphInputs, export_onnx, training_ops
+from .export import EXPORT_ERRORS, GraphInputs, concrete, export_onnx, training_ops
 from .partition import example_values, split
 from .runner import TorchRunner, check_same_device
 
@@ -95,6 +95,7 @@ class CompiledGraph:
         self._value_pos = [i for i, k in enumerate(kinds) if k in ("int", "other")]
         self._weights_need_grad = any(a.requires_grad for a, k in zip(example_inputs, kinds) if k == "weight")
         self.variants: OrderedDict[tuple[Any, ...], TorchRunner] = OrderedDict()
+        self._last: TorchRunner | None = None
         #: Shapes compiled so far (evicted ones included).
         self.compiles = 0
         out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
@@ -102,14 +103,15 @@ class CompiledGraph:
         self.add_variant(example_inputs)
 
     def _key(self, args: tuple[Any, ...] | list[Any]) -> tuple[Any, ...]:
-        return tuple(args[i].shape for i in self._tensor_pos) + tuple(args[i] for i in self._value_pos)
+        """The variant key of a call (what :meth:`__call__` computes inline)."""
+        return tuple([args[i].shape for i in self._tensor_pos]) + tuple([args[i] for i in self._value_pos])
 
     def add_variant(self, args: tuple[Any, ...] | list[Any]) -> TorchRunner:
         """Compile the graph for the shapes of ``args`` (raises FrontendError / EmberError
         when ember cannot: the caller falls back)."""
         from ..driver import compile as ember_compile
 
-        args = [int(a) if isinstance(a, torch.SymInt) else a for a in args]
+        args = [concrete(a) for a in args]
         data, n_out = export_onnx(self.gm, self.kinds, args)
         device = check_same_device([a for a in args if isinstance(a, torch.Tensor)])
         target = self.options.target or ("cuda" if device.type == "cuda" else "llvm")
@@ -131,15 +133,19 @@ class CompiledGraph:
         return next(reversed(self.variants.values())).model
 
     def __call__(self, *args: Any) -> Any:
-        key = self._key(args)
+        tensors = [args[i] for i in self._tensor_pos]
+        key = tuple([t.shape for t in tensors])
+        if self._value_pos:
+            key += tuple([args[i] for i in self._value_pos])
         runner = self.variants.get(key)
         if runner is None:
             runner = self.add_variant(args)
-        else:
-            self.variants.move_to_end(key)
-        outs = runner([args[i] for i in self._tensor_pos])
+        elif runner is not self._last:
+            self.variants.move_to_end(key)  # least recently used goes first
+        self._last = runner
+        outs = runner(tensors)
         if torch.is_grad_enabled():
-            grads = [args[i] for i in self._tensor_pos if args[i].requires_grad]
+            grads = [t for t in tensors if t.requires_grad]
             if grads or self._weights_need_grad:
                 weights = [a for a, k in zip(args, self.kinds) if k == "weight" and a.requires_grad]
                 outs = list(_InferenceOnly.apply(len(outs), *outs, *grads, *weights))
@@ -184,7 +190,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
 
 def _split_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], inputs: GraphInputs, options: Options,
                  first_error: BaseException) -> Callable[..., Any]:
-    args = [int(a) if isinstance(a, torch.SymInt) else a for a in example_inputs]
+    args = [concrete(a) for a in example_inputs]
     values = example_values(gm, args)
     fused, unsupported = split(gm, values)
     placeholder_kind = dict(zip(inputs.names, inputs.kinds))
@@ -213,8 +219,9 @@ def _split_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], inputs: Gr
            f"compile: {listed}")
     if failed:
         msg += f"; subgraphs that failed to compile, run eagerly: {'; '.join(failed)}"
-    if not unsupported and not failed:
-        msg += f" (whole-graph compile failed: {type(first_error).__name__}: {str(first_error).splitlines()[0][:200]})"
+    if not unsupported:
+        msg += f" (compiling the whole graph failed with {type(first_error).__name__}: " \
+               f"{str(first_error).splitlines()[0][:300]})"
     warnings.warn(msg, EagerFallbackWarning, stacklevel=2)
     return fused.forward
 

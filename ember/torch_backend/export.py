@@ -69,6 +69,19 @@ class GraphInputs:
         return [i for i, k in enumerate(self.kinds) if k == "tensor"]
 
 
+def concrete(a: Any) -> Any:
+    """The value of a call argument for one compiled variant: a ``SymInt`` becomes the int it
+    stands for in this trace, read from its hint so that Dynamo adds no guard (``int(s)`` would
+    specialise the dynamic graph to this value); everything else is returned as is."""
+    if isinstance(a, torch.SymInt):
+        for attr in ("_hint", "hint"):
+            v = getattr(a.node, attr, None)
+            if isinstance(v, int):
+                return v
+        return int(a)
+    return a
+
+
 class _Frozen(torch.nn.Module):
     """``gm`` called with the tensors of one call; weights as buffers, scalars fixed."""
 
@@ -163,11 +176,13 @@ def export_onnx(gm: torch.nn.Module, kinds: list[str], args: list[Any]) -> tuple
     names_in = [f"input_{k}" for k in range(len(tensors))]
     names_out = [f"output_{j}" for j in range(len(outs))]
     buf = io.BytesIO()
+    # No constant folding in the exporter: ember folds constants itself, and the exporter's folding
+    # fails on CUDA graphs that mix device tensors with CPU scalar constants.
     with warnings.catch_warnings(), torch.no_grad(), _quiet_exporter():
         warnings.simplefilter("ignore")  # the exporters' deprecation and tracer notes
         try:
             torch.onnx.export(wrapper, tensors, buf, input_names=names_in, output_names=names_out,
-                              opset_version=OPSET, dynamo=False, do_constant_folding=True)
+                              opset_version=OPSET, dynamo=False, do_constant_folding=False)
         except TypeError as exc:  # a torch without the TorchScript exporter
             if "dynamo" not in str(exc):
                 raise

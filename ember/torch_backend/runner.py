@@ -12,6 +12,7 @@ their addresses are interchangeable.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -50,6 +51,7 @@ class TorchRunner:
         self._in_shapes = [torch.Size(s.shape) for s in model.inputs]
         self._outs = [(tuple(s.shape), TORCH_DTYPES[s.dtype]) for s in model.outputs]
         self.names = [s.name for s in model.inputs]
+        self._local = threading.local()
 
     def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """The model's outputs for the call's ``tensors`` (new torch tensors on the model's
@@ -69,14 +71,25 @@ class TorchRunner:
                 keep.append(t)
             ptrs.append(t.data_ptr())
         outs = [torch.empty(shape, dtype=dt, device=dev) for shape, dt in self._outs]
-        ctx = self.model.context()
+        ctx = getattr(self._local, "ctx", None)
+        if ctx is None:  # this thread's execution context on the runner's device, looked up once
+            ctx = self._local.ctx = self.model.context()
         if self._cuda:
-            stream = torch.cuda.current_stream(dev).cuda_stream
+            stream = _raw_stream(dev.index)
             ctx.run_addresses(ptrs, [o.data_ptr() for o in outs], stream, self.model.cuda_graphs)
         else:
             ctx.run_addresses(ptrs, [o.data_ptr() for o in outs])
         del keep  # the copies are read on the stream: torch's allocator orders their reuse after it
         return outs
+
+
+def _current_stream_handle(index: int) -> int:
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+#: The ``cudaStream_t`` of torch's current stream on a device, as an int: the raw getter
+#: inductor's generated code calls (no Stream object per call), or the public API.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _current_stream_handle
 
 
 def check_same_device(tensors: list[Any]) -> torch.device:

@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ember  # noqa: E402
-from ember.torch_backend import EagerFallbackWarning, ember_backend, from_torch  # noqa: E402
+from ember.torch_backend import EagerFallbackWarning, from_torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from nets import SmallConvNet, randomize_bn, resnet18, small_bert  # noqa: E402
@@ -51,14 +51,19 @@ def test_small_conv_net_matches_eager():
 
 
 def test_new_shapes_compile_per_shape():
-    """Dynamo hands a dynamic-batch graph after the second shape; each shape is compiled."""
+    """Dynamo hands a dynamic-batch graph after the second shape (a SymInt input); ember
+    compiles each concrete shape once and keeps at most ``max_variants``."""
     torch.manual_seed(2)
     net = torch.nn.Sequential(torch.nn.Linear(12, 7), torch.nn.GELU(), torch.nn.Linear(7, 5)).eval()
-    compiled = torch.compile(net, backend=ember_backend)
+    m = from_torch(net, torch.randn(3, 12), max_variants=2)
     with torch.no_grad():
-        for batch in (3, 5, 3, 9):
+        for batch in (5, 3, 9, 5, 3):
             x = torch.randn(batch, 12)
-            close(compiled(x), net(x))
+            close(m(x), net(x))
+    dynamic = m.graphs[-1]
+    assert "int" in dynamic.kinds  # the symbolic batch size
+    # 5 (its example), 3, 9, then 5 and 3 again: evicted by the limit of 2, compiled again
+    assert dynamic.compiles == 5 and len(dynamic.variants) == 2
 
 
 def test_inputs_are_read_in_place_and_not_written():
