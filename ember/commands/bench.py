@@ -13,7 +13,15 @@ import numpy as np
 
 from ..nd import array as nd_array
 from .anchor import normalised_error, onnx_bytes, ort_run, ort_session
-from .common import add_input_options, add_model_options, add_timing_options, model_inputs, open_model, reported
+from .common import (
+    add_input_options,
+    add_model_options,
+    add_timing_options,
+    check_output_paths,
+    model_inputs,
+    open_model,
+    reported,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +65,7 @@ def measure(fns: dict[str, Callable[[], Any]], warmup: int, repeat: int) -> dict
 def run(args: argparse.Namespace) -> int:
     """Benchmark ``args.model``."""
     with reported("bench") as status:
+        check_output_paths(args.json)
         model, secs = open_model(args)
         feeds = model_inputs(args, model)
         if args.io == "device":

@@ -181,6 +181,15 @@ def reported(command: str) -> Iterator[list[int]]:
         status[0] = 1
 
 
+def check_output_paths(*paths: str | None) -> None:
+    """ArgumentError for an output path whose folder does not exist (before any work is done)."""
+    for path in paths:
+        if path is not None:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise ArgumentError(f"cannot write {path!r}: the folder {folder!r} does not exist")
+
+
 def describe(arr: Any) -> str:
     """``float32[1, 1000]`` for an array."""
     a = np.asarray(arr)

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from ..errors import ArgumentError
-from .common import add_model_options, open_model, reported
+from .common import add_model_options, check_output_paths, open_model, reported
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     with reported("compile") as status:
         if args.model.endswith(".ember"):
             raise ArgumentError(f"{args.model!r} is compiled already; give the ONNX model")
+        check_output_paths(args.output)
         model, secs = open_model(args, use_cache=not args.no_cache)
         model.save(args.output)
         kernels = f"{model.num_kernels} kernel(s)" if model.is_static else "compiled per input shape"

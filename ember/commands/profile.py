@@ -7,7 +7,15 @@ import argparse
 
 from ..profiler import ProfileResult, device_peaks
 from .anchor import onnx_bytes, ort_node_times
-from .common import add_input_options, add_model_options, add_timing_options, model_inputs, open_model, reported
+from .common import (
+    add_input_options,
+    add_model_options,
+    add_timing_options,
+    check_output_paths,
+    model_inputs,
+    open_model,
+    reported,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Profile ``args.model``."""
     with reported("profile") as status:
+        check_output_paths(args.csv, args.trace, args.roofline)
         model, _ = open_model(args)
         feeds = model_inputs(args, model)
         if args.measure_peaks:

@@ -7,7 +7,15 @@ import argparse
 import numpy as np
 
 from ..errors import ArgumentError
-from .common import add_input_options, add_model_options, describe, model_inputs, open_model, reported
+from .common import (
+    add_input_options,
+    add_model_options,
+    check_output_paths,
+    describe,
+    model_inputs,
+    open_model,
+    reported,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     with reported("run") as status:
         if args.output is not None and not args.output.endswith(".npz"):
             raise ArgumentError(f"-o {args.output!r}: the outputs are written as an .npz file; name it OUT.npz")
+        check_output_paths(args.output)
         model, _ = open_model(args)
         feeds = model_inputs(args, model)
         outs = model.run(**feeds)

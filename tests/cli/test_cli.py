@@ -179,3 +179,15 @@ def test_profile_next_to_onnxruntimes_own_profile(files, capsys) -> None:
         assert ember_us > 0 and ort_us > 0
         # the ratio of the unrounded medians, within what printing to 0.1 us allows
         assert (ember_us - 0.05) / (ort_us + 0.05) - 0.005 <= ratio <= (ember_us + 0.05) / (ort_us - 0.05) + 0.005
+
+
+@pytest.mark.parametrize("argv", [
+    ["compile", "{mlp}", "-o", "{dir}/no/such/m.ember"],
+    ["run", "{mlp}", "--input", "x={x}", "-o", "{dir}/no/such/out.npz"],
+    ["profile", "{mlp}", "--csv", "{dir}/no/such/s.csv"],
+    ["bench", "{mlp}", "--json", "{dir}/no/such/b.json"],
+])
+def test_an_output_in_a_missing_folder_is_refused_before_compiling(files, capsys, argv) -> None:
+    d = files["dir"]
+    rc, _, err = _cli(capsys, *[a.format(mlp=files["mlp.onnx"], x=files["x"], dir=d) for a in argv], "-q")
+    assert rc == 1 and f"the folder '{d}/no/such' does not exist" in err
