@@ -229,7 +229,7 @@ class Model:
             if regroup is not None:
                 raise ArgumentError("outputs=: this model's outputs are sequences or optional values, which cannot "
                                     "be written into preallocated arrays")
-            out = _bind_outputs(program, outputs, ctx.device)
+            out = _bind_outputs(program, outputs, ctx.device, [sub[n] for n in program.input_names])
         graph = self.cuda_graphs and times is None and ctx.graphs_available()
         env = ctx.bind({n: sub[n] for n in program.input_names}, fixed=graph)
         outs: list[Any] = []
@@ -321,9 +321,10 @@ def _as_ndarray(o: np.ndarray) -> Any:
     return NDArray(np.require(o, requirements="C"), as_dtype(str(o.dtype)), cpu(0))
 
 
-def _bind_outputs(program: Program, outputs: Any, device: Device) -> dict[str, Any]:
+def _bind_outputs(program: Program, outputs: Any, device: Device, inputs: Sequence[Any] = ()) -> dict[str, Any]:
     """``outputs`` of :meth:`Model.run` as name -> array, each checked against ``program``'s
-    output (shape, dtype, device, memory layout); ArgumentError naming what is wrong."""
+    output (shape, dtype, device, memory layout) and against overlapping another bound output
+    or an input; ArgumentError naming what is wrong."""
     specs = program.outputs
     names = [s.name for s in specs]
     if isinstance(outputs, Mapping):
@@ -362,4 +363,25 @@ def _bind_outputs(program: Program, outputs: Any, device: Device) -> dict[str, A
             raise ArgumentError(f"output {spec.name!r}: the array is on {arr.device}, the model runs on {device}")
         if shape != tuple(spec.shape) or dt != str(want_dt):
             raise ArgumentError(f"output {spec.name!r}: expected {want}, got shape {shape} and dtype {dt}")
+    bound = list(given.items())
+    for k, (name, arr) in enumerate(bound):
+        for other, arr2 in bound[k + 1:]:
+            if _overlap(arr, arr2):
+                raise ArgumentError(f"outputs {name!r} and {other!r} are given the same (or overlapping) memory")
+        for x in inputs:
+            if _overlap(arr, x):
+                raise ArgumentError(f"output {name!r} is given memory of an input: the kernels would overwrite "
+                                    "what they read (pass a separate array)")
     return given
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    """True when two arrays (NumPy, or ember device arrays) may share memory."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    pa, pb = getattr(a, "data_ptr", None), getattr(b, "data_ptr", None)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or pa is None or pb is None:
+        return False
+    if getattr(a, "device", None) != getattr(b, "device", None):
+        return False
+    return pa < pb + b.nbytes and pb < pa + a.nbytes

@@ -62,3 +62,12 @@ def test_bad_outputs_are_argument_errors(add_mul, outputs, message) -> None:
     with pytest.raises(ArgumentError) as err:
         add_mul.run(a, a, outputs=outputs())
     assert message in str(err.value)
+
+
+def test_outputs_sharing_memory_with_each_other_or_an_input_are_refused(add_mul) -> None:
+    a, b = np.ones((4, 6), np.float32), np.ones((4, 6), np.float32)
+    y = np.empty((4, 6), np.float32)
+    with pytest.raises(ArgumentError, match="outputs 's' and 'p' are given the same"):
+        add_mul.run(a, b, outputs=[y, y])
+    with pytest.raises(ArgumentError, match="output 's' is given memory of an input"):
+        add_mul.run(a, b, outputs=[a, None])
