@@ -95,6 +95,7 @@ class DaskExecutor:
                               "measure=1); start one per GPU, see docs/tuning.md")
         self._task_futures = [self.client.scatter(t, broadcast=True) for t in self.tasks]
         self._refs: dict[int, BuildResult] = {}
+        self._ref_asked: set[int] = set()
 
     @staticmethod
     def _local_cluster(dd: Any, workers: int, target: Target) -> Any:
@@ -114,13 +115,15 @@ class DaskExecutor:
         cluster.wait_for_workers(workers + max(1, gpus))
         return cluster
 
-    def _build(self, jobs: list[tuple[int, dict[str, Any]]]) -> list[BuildResult]:
-        futs = [self.client.submit(build_one, self._task_futures[i], c, resources={"build": 1}, pure=False)
+    def _submit_builds(self, jobs: list[tuple[int, dict[str, Any]]]) -> list[Any]:
+        return [self.client.submit(build_one, self._task_futures[i], c, resources={"build": 1}, pure=False)
                 for i, c in jobs]
+
+    def _gather_builds(self, futs: list[Any]) -> list[BuildResult]:
         out = []
         for f in futs:
             try:
-                out.append(f.result(timeout=max(60.0, self.timeout) * max(1, len(jobs) // self.build_workers + 1)))
+                out.append(f.result(timeout=max(60.0, self.timeout) * max(1, len(futs) // self.build_workers + 1)))
             except TimeoutError:
                 f.cancel()
                 out.append(BuildResult(None, "build: timed out on the Dask worker"))
@@ -128,15 +131,21 @@ class DaskExecutor:
                 out.append(BuildResult(None, f"build: the Dask worker died ({exc})"))
         return out
 
-    def run(self, task_index: int, configs: Sequence[ConfigEntity]) -> list[Outcome]:
-        """Build ``configs`` on the build workers, then measure them on the measuring workers."""
-        task = self.tasks[task_index]
+    def start(self, task_index: int, configs: Sequence[ConfigEntity]) -> Any:
+        """Submit the builds of ``configs`` (and, once per task, of the default schedule: the
+        reference) to the build workers; returns a handle for :meth:`finish`."""
         jobs = [(task_index, c.to_json()) for c in configs]
-        need_ref = task_index not in self._refs
-        if need_ref:
-            jobs.append((task_index, task.space.default.to_json()))
-        built = self._build(jobs)
-        if need_ref:
+        with_ref = task_index not in self._ref_asked
+        if with_ref:
+            self._ref_asked.add(task_index)
+            jobs.append((task_index, self.tasks[task_index].space.default.to_json()))
+        return task_index, with_ref, self._submit_builds(jobs)
+
+    def finish(self, handle: Any) -> list[Outcome]:
+        """Gather the builds of ``handle``, then measure them on the measuring workers."""
+        task_index, with_ref, futs = handle
+        built = self._gather_builds(futs)
+        if with_ref:
             self._refs[task_index] = built.pop()
         ref = self._refs[task_index]
         if not self.measuring:

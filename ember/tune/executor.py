@@ -14,7 +14,7 @@ subprocess; :class:`ember.tune.distributed.DaskExecutor` does the same on a Dask
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..strategy import ConfigEntity
 from .measure import BuildResult, LocalBuilder, MeasureResult, Runner
@@ -26,8 +26,11 @@ Outcome = tuple[BuildResult, MeasureResult | None]
 class Executor(Protocol):
     """Builds and measures batches (see the module docstring)."""
 
-    def run(self, task_index: int, configs: Sequence[ConfigEntity]) -> list[Outcome]:
-        """Build and measure ``configs`` of task ``task_index``."""
+    def start(self, task_index: int, configs: Sequence[ConfigEntity]) -> Any:
+        """Start building ``configs`` of task ``task_index``; returns a handle for :meth:`finish`."""
+
+    def finish(self, handle: Any) -> list[Outcome]:
+        """Wait for the builds of ``handle`` and measure them (handles finish in start order)."""
 
     def close(self) -> None:
         """Release workers and processes."""
@@ -41,18 +44,28 @@ class LocalExecutor:
         self.builder = LocalBuilder(self.tasks, workers, build_timeout)
         self.runner = runner
         self._refs: dict[int, BuildResult] = {}
+        self._ref_asked: set[int] = set()
+
+    def start(self, task_index: int, configs: Sequence[ConfigEntity]) -> Any:
+        """See :class:`Executor`."""
+        jobs = [(task_index, c.to_json()) for c in configs]
+        with_ref = task_index not in self._ref_asked
+        if with_ref:  # the default schedule once more: the reference every output is checked against
+            self._ref_asked.add(task_index)
+            jobs.append((task_index, self.tasks[task_index].space.default.to_json()))
+        return task_index, with_ref, self.builder.start(jobs)
+
+    def finish(self, handle: Any) -> list[Outcome]:
+        """See :class:`Executor`."""
+        task_index, with_ref, pending = handle
+        built = self.builder.collect(pending)
+        if with_ref:
+            self._refs[task_index] = built.pop()
+        return measure_batch(self.tasks[task_index], self._refs[task_index], built, self.runner)
 
     def run(self, task_index: int, configs: Sequence[ConfigEntity]) -> list[Outcome]:
-        """See :class:`Executor`."""
-        task = self.tasks[task_index]
-        jobs = [(task_index, c.to_json()) for c in configs]
-        need_ref = task_index not in self._refs
-        if need_ref:
-            jobs.append((task_index, task.space.default.to_json()))
-        built = self.builder.build(jobs)
-        if need_ref:
-            self._refs[task_index] = built.pop()
-        return measure_batch(task, self._refs[task_index], built, self.runner)
+        """Build and measure ``configs`` of task ``task_index`` now."""
+        return self.finish(self.start(task_index, configs))
 
     def close(self) -> None:
         """See :class:`Executor`."""

@@ -88,17 +88,23 @@ class LocalBuilder:
             self._pool = multiprocessing.get_context("fork").Pool(self.workers)
         return self._pool
 
-    def build(self, jobs: Sequence[tuple[int, dict[str, Any]]]) -> list[BuildResult]:
-        """Build each ``(task index, config)``; results in the same order."""
+    def start(self, jobs: Sequence[tuple[int, dict[str, Any]]]) -> Any:
+        """Start building each ``(task index, config)``; returns a handle for :meth:`collect`
+        (without workers the builds run now)."""
         if not self.workers:
             return [build_one(self.tasks[i], c) for i, c in jobs]
         pool = self._get_pool()
-        pending = [pool.apply_async(_build_in_worker, (i, c)) for i, c in jobs]
-        waves = -(-len(jobs) // self.workers)
-        deadline = time.monotonic() + self.timeout * max(1, waves)
+        return [pool.apply_async(_build_in_worker, (i, c)) for i, c in jobs]
+
+    def collect(self, handle: Any) -> list[BuildResult]:
+        """The results of :meth:`start`'s builds, in the same order (a build that does not finish
+        in time is a timeout result, and the pool is replaced)."""
+        if not self.workers:
+            return list(handle)
+        deadline = time.monotonic() + self.timeout * max(1, -(-len(handle) // self.workers))
         out: list[BuildResult] = []
         broken = False
-        for p in pending:
+        for p in handle:
             try:
                 out.append(p.get(timeout=max(0.0, deadline - time.monotonic())))
             except multiprocessing.TimeoutError:
@@ -108,6 +114,10 @@ class LocalBuilder:
         if broken:
             self.close()
         return out
+
+    def build(self, jobs: Sequence[tuple[int, dict[str, Any]]]) -> list[BuildResult]:
+        """Build each ``(task index, config)``; results in the same order."""
+        return self.collect(self.start(jobs))
 
     def close(self) -> None:
         """Stop the worker processes."""

@@ -50,13 +50,24 @@ def _random(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.
     return rng.integers(-3, 4, shape).astype(dtype)
 
 
-def compare(got: np.ndarray, ref: np.ndarray, dtype: str) -> str | None:
-    """Why ``got`` is not ``ref`` within the dtype's tolerance, or None."""
+def reference_scale(ref: np.ndarray) -> float:
+    """The largest finite magnitude of ``ref`` (1 when it has none): what tolerances scale with."""
+    finite = np.abs(ref[np.isfinite(ref)]) if ref.size else ref
+    return float(finite.max()) if finite.size else 1.0
+
+
+def compare(got: np.ndarray, ref: np.ndarray, dtype: str, scale: float | None = None) -> str | None:
+    """Why ``got`` is not ``ref`` within the dtype's tolerance, or None (NaN where the reference
+    has NaN is equal). Floats are compared in their own precision (float16 and bfloat16 in
+    float32). ``scale`` is :func:`reference_scale` of ``ref`` (computed when not given)."""
     if dtype in TOLERANCE:
-        g, r = got.astype("float64"), ref.astype("float64")
-        scale = float(np.nanmax(np.abs(r))) if r.size and not np.all(np.isnan(r)) else 1.0
-        tol = TOLERANCE[dtype] * max(scale, 1e-30)
-        bad = ~((np.abs(g - r) <= tol) | (np.isnan(g) & np.isnan(r)))
+        work = "float32" if dtype in ("float16", "bfloat16") else ref.dtype
+        g, r = got.astype(work, copy=False), ref.astype(work, copy=False)
+        scale = reference_scale(r) if scale is None else scale
+        ok = np.abs(g - r) <= TOLERANCE[dtype] * max(scale, 1e-30)
+        if not ok.all():
+            ok |= np.isnan(g) & np.isnan(r)
+        bad = ~ok
     else:
         bad = got != ref
     if bad.any():
@@ -68,8 +79,8 @@ def compare(got: np.ndarray, ref: np.ndarray, dtype: str) -> str | None:
 
 class _Measurer:
     def __init__(self) -> None:
-        #: per task: its inputs, the reference outputs and the default schedule's time of one call
-        self.tasks: dict[str, tuple[list[Any], list[np.ndarray], float]] = {}
+        #: per task: its inputs, the reference outputs with their scales, the default's time of one call
+        self.tasks: dict[str, tuple[list[Any], list[np.ndarray], list[float], float]] = {}
 
     def _args(self, dev: Any, specs: list[dict[str, Any]], inputs: list[Any]) -> list[Any]:
         from ..runtime.ndarray import array
@@ -111,14 +122,14 @@ class _Measurer:
             ref_s = min(self._run(ref_mod[header["func"]], args, dev) for _ in range(3))
             if len(self.tasks) >= _KEEP_TASKS:
                 self.tasks.pop(next(iter(self.tasks)))
-            self.tasks[task] = (inputs, outs, ref_s)
-        inputs, refs, ref_s = self.tasks[task]
+            self.tasks[task] = (inputs, outs, [reference_scale(o) for o in outs], ref_s)
+        inputs, refs, scales, ref_s = self.tasks[task]
         mod = backend.load({k[5:]: v for k, v in blobs.items() if k.startswith("cand/")}, tgt)
         fn = mod[header["func"]]
         args = self._args(dev, specs, inputs)
         self._run(fn, args, dev)
-        for k, ref in zip(checked, refs):
-            why = compare(args[k].numpy(), ref, specs[k]["dtype"])
+        for k, ref, scale in zip(checked, refs, scales):
+            why = compare(args[k].numpy(), ref, specs[k]["dtype"], scale)
             if why:
                 return {"status": "wrong", "detail": why}
         one = self._run(fn, args, dev)

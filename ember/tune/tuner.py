@@ -305,37 +305,39 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
                             "nothing is measured or recorded; measuring needs the device")
     executor: Executor | None = None
     bar = _progress(max(0, trials - done), len(tasks), quiet)
+    # On a GPU the next batch builds on the CPU cores while this one is measured on the device; on
+    # a CPU target builds and timings never overlap (they would compete for the cores).
+    overlap = 1 if tgt.is_gpu and measuring else 0
     try:
         if tasks and done < trials:
             executor, nworkers = _executor(tasks, tgt, workers, dask, measuring, timeout, repeats)
             size = batch or max(8, 2 * nworkers)
-            while done < trials:
-                if budget is not None and time.monotonic() - t0 >= budget:
-                    result.notes.append(f"stopped at the time budget ({budget:.0f} s)")
+            inflight: list[tuple[int, list[ConfigEntity], Any]] = []
+            proposed, stopping = done, False
+            while True:
+                added = False
+                if not stopping and proposed < trials:
+                    if budget is not None and time.monotonic() - t0 >= budget:
+                        result.notes.append(f"stopped at the time budget ({budget:.0f} s)")
+                        stopping = True
+                    elif (i := _pick(searches, tasks, tried)) is None:
+                        if not inflight:
+                            result.notes.append("every task's space is exhausted")
+                        stopping = not inflight
+                    elif cfgs := searches[i].propose(min(size, trials - proposed)):
+                        inflight.append((i, cfgs, executor.start(i, cfgs)))
+                        proposed += len(cfgs)
+                        tried[i] += 1
+                        added = True
+                if not inflight:
+                    if added or (not stopping and proposed < trials):
+                        continue
                     break
-                i = _pick(searches, tasks, tried)
-                if i is None:
-                    result.notes.append("every task's space is exhausted")
-                    break
-                cfgs = searches[i].propose(min(size, trials - done))
-                if not cfgs:
+                if added and len(inflight) <= overlap:
                     continue
-                outcomes = executor.run(i, cfgs)
-                recs = []
-                for cfg, (b, m) in zip(cfgs, outcomes):
-                    result.built += b.parts is not None
-                    result.build_failed += b.parts is None
-                    seconds = m.seconds if m is not None else None
-                    error = (m.error if m is not None else b.error) or (None if seconds else "not measured")
-                    searches[i].add(cfg, seconds)
-                    if m is not None or b.error:
-                        recs.append(Record(tasks[i].workload, tkey, cfg.to_json(), seconds, error, tasks[i].flops,
-                                           tasks[i].name, tasks[i].space_signature))
-                if measuring:
-                    tdb.add(recs)
-                tried[i] += 1
+                i, cfgs, handle = inflight.pop(0)
+                _store(result, searches[i], tasks[i], tkey, cfgs, executor.finish(handle), tdb if measuring else None)
                 done += len(cfgs)
-                result.new_trials += len(cfgs)
                 if bar is not None:
                     bar.update(len(cfgs))
                     bar.set_postfix_str(_postfix(searches, tasks), refresh=True)
@@ -353,6 +355,24 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
         result.notes.append(f"{result.built} candidate(s) built, {result.build_failed} failed to build")
     result.elapsed = time.monotonic() - t0
     return result
+
+
+def _store(result: TuneResult, search: TaskSearch, task: Task, tkey: TargetKey, cfgs: list[ConfigEntity],
+           outcomes: list[Any], tdb: TuningDB | None) -> None:
+    """Note a measured batch in the search and the result, and in ``tdb`` (None: not recorded)."""
+    recs = []
+    for cfg, (b, m) in zip(cfgs, outcomes):
+        result.built += b.parts is not None
+        result.build_failed += b.parts is None
+        seconds = m.seconds if m is not None else None
+        error = (m.error if m is not None else b.error) or (None if seconds else "not measured")
+        search.add(cfg, seconds)
+        if m is not None or b.error:
+            recs.append(Record(task.workload, tkey, cfg.to_json(), seconds, error, task.flops, task.name,
+                               task.space_signature))
+    result.new_trials += len(cfgs)
+    if tdb is not None:
+        tdb.add(recs)
 
 
 def _task_result(task: Task, search: TaskSearch, measuring: bool = True) -> TaskResult:
