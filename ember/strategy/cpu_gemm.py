@@ -110,6 +110,8 @@ def schedule_fast(
         else:
             schedule_packed_gemm(s, stage, cfg)
         return True
+    if tag == "matmul" and stage.attach == "root" and _schedule_small_matmul(s, stage):
+        return True
     if tag == "gemm_pack":
         # A product's panels are scheduled with the product (schedule_packed_gemm), which may
         # pack them piecewise inside its own loops.
@@ -118,6 +120,43 @@ def schedule_fast(
             _schedule_pack(s, stage)
         return True
     return False
+
+
+def _schedule_small_matmul(s: te.Schedule, stage: te.Stage) -> bool:
+    """A matrix product that is not packed (``tag == "matmul"``: a batch of products of two
+    run-time operands, as attention's ``Q Kᵀ`` and ``P V``; a product too small to pack):
+    ``[..., M, N] = sum_k a[..., M, k] b[..., k, N]``, with ``N`` contiguous in ``b``. Each tile of
+    ``mr`` rows by one or two vectors of columns accumulates in registers over the whole
+    reduction (the reduction outside the tile: independent vector FMAs instead of a scalar
+    chain of dependent adds per output), batches and row tiles fused and run in parallel when
+    the product is large enough. Returns False (nothing scheduled) for other shapes."""
+    op = stage.op
+    if not isinstance(op, te.ComputeOp) or len(op.reduce_axis) != 1 or op.num_outputs != 1 or len(op.axis) < 2:
+        return False
+    lanes = 16 if any(str(op.output(0).dtype) == d for d in ("float32", "int32")) else 8
+    M, N = extent(op.axis[-2]), extent(op.axis[-1])
+    K = extent(op.reduce_axis[0])
+    nb = min(2 * lanes, N) if N >= lanes else N
+    mr = min(M, 6 if nb > lanes else 8)
+    t = op.output(0)
+    cc = s.cache_write(t, "local")
+    st = s[t]
+    axes = list(st.op.axis)
+    mo, no, mi, ni = st.tile(axes[-2], axes[-1], mr, nb)
+    lead = axes[:-2] + [mo]
+    st.reorder(*lead, no, mi, ni)
+    fused = st.fuse(*lead) if len(lead) > 1 else mo
+    st.vectorize(ni)
+    s[cc].compute_at(st, no)
+    caxes = list(s[cc].op.axis)
+    (rk,) = s[cc].op.reduce_axis
+    s[cc].reorder(rk, caxes[-2], caxes[-1])
+    s[cc].unroll(caxes[-2])
+    s[cc].vectorize(caxes[-1])
+    batch = int(np.prod([extent(a) for a in axes[:-2]])) if len(axes) > 2 else 1
+    if batch * M * N * K >= PARALLEL_MIN_MACS:
+        st.parallel(fused)
+    return True
 
 
 def _schedule_pack(s: te.Schedule, stage: te.Stage) -> None:

@@ -188,3 +188,58 @@ def test_kernel_for_aarch64_is_compile_checked() -> None:
     compiled = compile_cpu([lower(s, args, "mm", target=target)], Target(target))
     asm = assembly(compiled.llvm_ir, Target(target))
     assert "fmla" in asm and "v0" in asm.replace("\t", " ")
+
+
+# -- batched products of run-time operands (attention) and the inline float32 erf / tanh ----------
+def _attention_model(B, H, S, D, masked):
+    """``softmax(Q Kᵀ / sqrt(D) + mask) V`` as exported transformers write it (no fused op)."""
+    nodes = [helper.make_node("Transpose", ["K"], ["Kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["Q", "Kt"], ["qk"]),
+             helper.make_node("Div", ["qk", "scale"], ["s0"])]
+    cur, inputs = "s0", [_vi("Q", (B, H, S, D)), _vi("K", (B, H, S, D)), _vi("V", (B, H, S, D))]
+    if masked:
+        nodes.append(helper.make_node("Add", [cur, "M"], ["s1"]))
+        cur = "s1"
+        inputs.append(_vi("M", (B, 1, 1, S)))
+    nodes += [helper.make_node("Softmax", [cur], ["p"], axis=-1), helper.make_node("MatMul", ["p", "V"], ["Y"])]
+    inits = [numpy_helper.from_array(np.float32(np.sqrt(D)), "scale")]
+    return _model(nodes, inputs, inits)
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["mask", "nomask"])
+@pytest.mark.parametrize("B, H, S, D", [(1, 2, 13, 24), (2, 3, 37, 8)], ids=["seq13", "seq37-d8"])
+def test_attention_subgraph_matches_float64(rng, masked, B, H, S, D) -> None:
+    model = ember.compile(_attention_model(B, H, S, D, masked), target="llvm", use_cache=False)
+    for _ in range(2):
+        q, k, v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(3))
+        feeds = [q, k, v]
+        s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2)) / np.sqrt(D)
+        if masked:
+            m = np.where(rng.random((B, 1, 1, S)) < 0.3, -1e4, 0).astype(np.float32)
+            feeds.append(m)
+            s = s + m
+        p = np.exp(s - s.max(-1, keepdims=True))
+        ref = (p / p.sum(-1, keepdims=True)) @ v
+        np.testing.assert_allclose(model(*feeds)[0], ref, **TOL)
+
+
+@pytest.mark.parametrize("fn", ["erf", "tanh"])
+def test_inline_float32_erf_and_tanh(fn) -> None:
+    # 4.3e-7 relative at most (7 ulp) over a dense grid; tiny magnitudes keep full relative
+    # precision; NaN propagates and the infinities give +-1
+    grid = np.concatenate([np.linspace(-10, 10, 200001), np.geomspace(1e-30, 1e-2, 2001),
+                           -np.geomspace(1e-30, 1e-2, 2001), [np.inf, -np.inf, np.nan, 0.0]]).astype(np.float32)
+    x = te.placeholder((grid.size,), name="x")
+    y = te.compute((grid.size,), lambda i: getattr(te, fn)(x[i]), name="y")
+    s = te.create_schedule(y.op)
+    s[y].vectorize(s[y].split(y.op.axis[0], factor=16)[1])
+    f = ember.build(s, [x, y], target="llvm", name=fn)
+    got = np.full(grid.shape, 7.0, np.float32)
+    f(grid, got)
+    import math
+
+    ref = np.array([getattr(math, fn)(float(v)) if np.isfinite(v) else np.nan for v in grid])
+    ref[grid == np.inf], ref[grid == -np.inf] = 1.0, -1.0
+    finite = ~np.isnan(grid)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=5e-7, atol=1e-37)
+    assert np.isnan(got[~finite]).all()

@@ -20,7 +20,8 @@ CPU_FORMAT = "ember-cpu-module/1"
 #: Bumped whenever the code generator emits different code for the same loop IR (it is part of
 #: the cache key, so cached objects of an older code generator are not reused).
 #: 2: parallel loop bodies take their buffers as ``noalias`` parameters.
-CODEGEN_REVISION = 2
+#: 3: float32 erf and tanh inline (:mod:`.fastmath`).
+CODEGEN_REVISION = 3
 
 
 class CPUBackend(Backend):

@@ -25,6 +25,7 @@ from ...ir.buffer import Buffer
 from ...ir.verify import verify
 from ...ir.visitor import free_vars
 from ...target import Target
+from . import fastmath
 
 
 class CodeGenCPU(CodeGenLLVM):
@@ -33,6 +34,17 @@ class CodeGenCPU(CodeGenLLVM):
     def __init__(self, target: Target, module_name: str = "ember"):
         super().__init__(target, module_name)
         self._parallel_depth = 0
+
+    def math_f32_or_f64(self, op: str, args: list[ir.Value], t: Any) -> ir.Value:
+        """float32 ``erf`` and ``tanh`` inline (:mod:`.fastmath`: they vectorize), the rest as
+        the shared code generator emits it."""
+        x = args[0]
+        elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+        if op in fastmath.FUNCTIONS and isinstance(elem, ir.FloatType):
+            if op == "erf":
+                return fastmath.erf_f32(self.builder, x)
+            return fastmath.tanh_f32(self.builder, x, lambda v: self.llvm_intrinsic("fabs", [v]))
+        return super().math_f32_or_f64(op, args, t)
 
     def emit_parallel_loop(self, s: S.For) -> None:
         if self._parallel_depth > 0:
