@@ -165,6 +165,7 @@ def _load_all() -> None:
         from . import (  # noqa: F401 - importing a module registers its operators
             attention,
             bitwise,
+            conv_nchwc,
             detection,
             elemwise,
             image,

@@ -19,9 +19,17 @@ from .. import te
 from ..ops.layout import CPULayout
 from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
-from .base import Strategy, extent, first_tagged
-from .cpu_conv import is_fusable_conv_gemm, schedule_conv_gemm
+from .base import Strategy, extent
+from .cpu_conv import (
+    NCHWC_TAGS,
+    conv_nchwc_space,
+    is_fusable_conv_gemm,
+    schedule_conv_gemm,
+    schedule_conv_nchwc,
+    schedule_nchwc_pad,
+)
 from .cpu_gemm import is_fused_product, packed_gemm_space, schedule_fast
+from .cpu_layout import CPULayoutPolicy
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
 
 PARALLEL_MIN_WORK = 1 << 14
@@ -63,9 +71,28 @@ class CPUStrategy(Strategy):
         return op.workspace and not is_fusable_conv_gemm(op) and not is_fused_product(op)
 
     def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
-        """The knob space of the first packed GEMM stage of the kernel computing ``outs``."""
-        op = first_tagged(outs, "conv_packed")
-        return packed_gemm_space(op, self) if op is not None else None
+        """The knob space of the kernel computing ``outs``: that of its first blocked convolution
+        or packed GEMM stage (producers first), None when it has neither."""
+        found = tunable_stage(outs, self)
+        return found[1] if found is not None else None
+
+    def layout_policy(self) -> CPULayoutPolicy:
+        """Convolutions in ``NCHW[x]c`` with ``x`` this target's float32 vector width
+        (:class:`~ember.strategy.cpu_layout.CPULayoutPolicy`)."""
+        return CPULayoutPolicy(self.target)
+
+
+def tunable_stage(outs: Sequence[Tensor], strategy: CPUStrategy) -> tuple[ComputeOp, ConfigSpace] | None:
+    """The first stage (producers first) of the kernel computing ``outs`` that has knobs — a
+    blocked convolution or a packed GEMM — with its knob space; None when there is none."""
+    from ..te.rewrite import post_order
+
+    for op in post_order([o.op for o in outs]):
+        if isinstance(op, ComputeOp) and op.tag in NCHWC_TAGS:
+            return op, conv_nchwc_space(op, strategy)
+        if isinstance(op, ComputeOp) and op.tag == "conv_packed":
+            return op, packed_gemm_space(op, strategy)
+    return None
 
 
 def schedule_root(stage: te.Stage, parallel: bool = True) -> None:
@@ -107,11 +134,13 @@ def schedule_group(
         host = host_strategy()
         assert isinstance(host, CPUStrategy)
         strategy = host
-    tuned = first_tagged(outs, "conv_packed") if config is not None else None
+    tuned = None
     if config is not None:
-        if tuned is None:
+        found = tunable_stage(outs, strategy)
+        if found is None:
             raise InvalidConfig("this kernel has no tunable stage, so it takes no configuration")
-        config = packed_gemm_space(tuned, strategy).validate(config)
+        tuned = found[0]
+        config = found[1].validate(config)
     ops = list(dict.fromkeys(o.op for o in outs))
     s = te.create_schedule(ops)
     for stage in list(s.stages):
@@ -127,6 +156,14 @@ def schedule_group(
     for stage in list(s.stages):
         op = stage.op
         if isinstance(op, PlaceholderOp) or stage.attach == "inline" or id(op) in handled:
+            continue
+        if isinstance(op, ComputeOp) and op.tag == "nchwc_pad" and stage.attach == "root":
+            schedule_nchwc_pad(stage, parallel)
+            continue
+        if parallel and isinstance(op, ComputeOp) and op.tag in NCHWC_TAGS and stage.attach == "root":
+            space_c = conv_nchwc_space(op, strategy)
+            schedule_conv_nchwc(s, stage, strategy, config if op is tuned and config is not None else space_c.default,
+                                handled)
             continue
         if parallel and isinstance(op, ComputeOp) and is_fusable_conv_gemm(op):
             space = packed_gemm_space(op, strategy)

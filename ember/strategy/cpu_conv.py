@@ -1,4 +1,22 @@
-"""CPU convolution schedules: the packed convolution GEMM with its epilogue in the store.
+"""CPU convolution schedules: direct convolutions on channel-blocked tensors, and the packed
+convolution GEMM, each with its epilogue in the store.
+
+**Blocked (NCHW[x]c) convolutions** (:mod:`ember.ops.conv_nchwc`, placed by the CPU layout
+policy :mod:`ember.strategy.cpu_layout`): :func:`schedule_conv_nchwc` keeps a register block of
+``tile_oc`` output-channel vectors x ``tile_ow`` output columns (``tile_oc * tile_ow`` vector
+accumulators) while it runs over the input channels and kernel taps: each step broadcasts one
+input value per output column and loads one weight vector per channel block, so the product is
+a chain of vector FMAs with no packing of the input. The epilogue (bias, batch-norm folded into
+the weights, residual add, activation, clip — the fused consumers in the same blocked layout) is
+applied to the register block before its one store. :func:`schedule_dwconv_nchwc` does the same
+for a depthwise convolution (``tile_ow`` accumulators of one channel vector). Their knobs
+(:func:`conv_nchwc_space`): ``tile_ow``, ``tile_oc`` (direct only), ``unroll``; legal when the
+accumulators, a weight vector per channel block and a broadcast fit the target's vector
+registers. The defaults: ``tile_oc = 2`` when the output-channel blocks pair up, ``tile_ow`` the
+largest of 8, 7, 6, 4 dividing the output width (else 8, with a tail), capped by the registers.
+
+**The packed convolution GEMM** (NCHW, what runs when the layout pass is off or a convolution is
+not placed: grouped convolutions, other dtypes):
 
 A 2-D convolution built by :func:`ember.ops.nn.conv_tensor` on the CPU is an im2col panel pack
 (``tag == "gemm_pack"``), a packed GEMM ``C[b, m, n]`` over whole panels (``tag ==
@@ -24,7 +42,7 @@ from typing import TYPE_CHECKING
 from .. import te
 from .base import extent
 from .cpu_gemm import schedule_packed_gemm
-from .space import ConfigEntity
+from .space import ConfigEntity, ConfigSpace
 
 if TYPE_CHECKING:
     from .cpu import CPUStrategy
@@ -115,5 +133,110 @@ def schedule_conv_gemm(
     fused = out.fuse(b, mo) if weights_outer else out.fuse(b, no)
     if cfg["parallel"].val:
         out.parallel(fused)
+    if handled is not None:
+        handled.add(id(out.op))
+
+
+# -- blocked (NCHW[x]c) convolutions -------------------------------------------------------------------
+NCHWC_TAGS = ("conv_nchwc", "dwconv_nchwc")
+TILE_OW_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 28)
+TILE_OW_PREFERRED = (8, 7, 6, 4)
+
+
+def conv_nchwc_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
+    """The knob space of blocked convolution ``op`` (tag ``conv_nchwc`` or ``dwconv_nchwc``) on
+    ``strategy``'s CPU; its default point is the heuristic of the module docstring."""
+    nregs = strategy.vector_registers
+    lanes = strategy.target.vector_lanes(32)
+    _, ob, _, ow, vb = (extent(a) for a in op.axis)
+    vecs = max(1, -(-vb // lanes))  # vector registers per channel block
+    depthwise = op.tag == "dwconv_nchwc"
+    space = ConfigSpace()
+    toc = 1 if depthwise or ob % 2 else 2
+    space.define_knob("tile_oc", (1,) if depthwise else (1, 2, 3, 4), default=toc)
+
+    def need(oc: int, tw: int) -> int:
+        return oc * tw * vecs + oc * vecs + 1
+
+    tw = next((t for t in TILE_OW_PREFERRED if ow % t == 0 and need(toc, t) <= nregs), None)
+    if tw is None:
+        tw = max(t for t in TILE_OW_VALUES if t <= max(1, min(ow, 8)) and need(toc, t) <= nregs)
+    space.define_knob("tile_ow", TILE_OW_VALUES, default=tw)
+    space.define_knob("unroll", (True, False), default=True)
+
+    def registers(cfg: ConfigEntity) -> str | None:
+        n = need(cfg["tile_oc"].val, cfg["tile_ow"].val)
+        if n > nregs:
+            return (f"a {cfg['tile_oc'].val} x {cfg['tile_ow'].val} block of {vb}-channel vectors needs {n} vector "
+                    f"registers, the target has {nregs}")
+        return None
+
+    space.add_check(registers)
+    return space
+
+
+def _store_stage(s: te.Schedule, stage: te.Stage) -> tuple[te.Stage, te.Stage]:
+    """(the stage that stores the convolution's result, the stage that accumulates it): the one
+    stored reader of the same shape (the epilogue) with ``stage`` accumulating in registers, or
+    ``stage`` itself with a register cache when there is no such reader."""
+    op = stage.op
+    shp = [extent(a) for a in op.axis]
+    readers = _stored_readers(s, stage)
+    if len(readers) == 1:
+        out = readers[0]
+        oop = out.op
+        if (isinstance(oop, te.ComputeOp) and not oop.is_reduction and out.attach == "root"
+                and [extent(a) for a in oop.axis] == shp):
+            stage.set_scope("local")
+            return out, stage
+    cache = s.cache_write(op.output(0), "local")
+    first = cache[0] if isinstance(cache, list) else cache
+    return s[op], s[first]
+
+
+def schedule_nchwc_pad(stage: te.Stage, parallel: bool = True) -> None:
+    """The padded-input stage of a blocked convolution (tag ``nchwc_pad``): parallel over
+    (image, channel block), the channel vector innermost."""
+    n, c, _, _, k = stage.op.axis
+    fused = stage.fuse(n, c)
+    if parallel:
+        stage.parallel(fused)
+    stage.vectorize(k)
+
+
+def schedule_conv_nchwc(
+    s: te.Schedule,
+    stage: te.Stage,
+    strategy: CPUStrategy,
+    cfg: ConfigEntity,
+    handled: set[int] | None = None,
+) -> None:
+    """Schedule blocked convolution ``stage`` (tag ``conv_nchwc`` or ``dwconv_nchwc``) at point
+    ``cfg`` of :func:`conv_nchwc_space` (validated by the caller): register blocks of
+    ``tile_oc`` channel vectors x ``tile_ow`` columns accumulated over the reduction, the
+    epilogue applied in the store, parallel over (image, channel-block group, output row). The
+    stage it places (the store) goes into ``handled``."""
+    op = stage.op
+    out, acc = _store_stage(s, stage)
+    n, o, oh, ow, k = out.op.axis
+    oo, oi = out.split(o, factor=int(cfg["tile_oc"].val))
+    wo, wi = out.split(ow, factor=int(cfg["tile_ow"].val))
+    out.reorder(n, oo, oh, wo, oi, wi, k)
+    out.parallel(out.fuse(n, oo, oh))
+    out.vectorize(k)
+    acc.compute_at(out, wo)
+    an, ao, ah, aw, ak = acc.op.axis
+    red = list(acc.op.reduce_axis)
+    if op.tag == "dwconv_nchwc":
+        acc.reorder(an, ah, *red, ao, aw, ak)
+    else:
+        rc, rr, rq, ri = red
+        acc.reorder(an, ah, rc, rr, rq, ri, ao, aw, ak)
+    if cfg["unroll"].val:
+        acc.unroll(ao)
+        acc.unroll(aw)
+        out.unroll(oi)
+        out.unroll(wi)
+    acc.vectorize(ak)
     if handled is not None:
         handled.add(id(out.op))

@@ -30,6 +30,7 @@ from ember.graph.passes import infer_and_fold
 from ember.model import Model
 from ember.strategy.base import strategy_for
 from ember.strategy.cpu import CPUStrategy
+from ember.strategy.cpu_layout import CPULayoutPolicy
 from ember.transform import PassContext
 
 N, C, H, W = 2, 13, 9, 11  # C = 13: no block of 4 or 8 divides it
@@ -113,8 +114,11 @@ def test_altered_model_computes_the_same_outputs() -> None:
 
 
 def test_driver_runs_the_strategy_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert strategy_for("llvm").layout_policy() is None  # no preference today: compiles unchanged
-    (plain,) = ember.compile(residual_graph())(X)
+    # the CPU's own policy places the convolution in NCHW[x]c (tests/cpu/test_conv_layouts.py)
+    assert isinstance(strategy_for("llvm").layout_policy(), CPULayoutPolicy)
+    with PassContext(disabled_passes=["AlterLayout"]):
+        (plain,) = ember.compile(residual_graph())(X)
+    np.testing.assert_allclose(ember.compile(residual_graph())(X)[0], plain, rtol=1e-5, atol=1e-5)
     policy = Blocked()
     monkeypatch.setattr(CPUStrategy, "layout_policy", lambda self: policy)
     model = ember.compile(residual_graph())

@@ -1,0 +1,120 @@
+"""Convolutions on channel-blocked tensors (``NCHW[x]c``), the variants the CPU layout policy
+(:mod:`ember.strategy.cpu_layout`) puts in place of ONNX ``Conv`` nodes.
+
+A tensor in ``NCHW{b}c`` is stored ``[N, ceil(C/b), H, W, b]`` (channel ``c = outer*b +
+inner``, the padding channels of the last block zero). Weights arrive blocked at compile time
+(``OIHW{ib}i{ob}o``: ``[ceil(M/ob), ceil(C/ib), KH, KW, ib, ob]``; for a depthwise convolution
+``OIHW{b}o``: ``[ceil(C/b), 1, KH, KW, b]``) and the bias as ``C{ob}c`` (``[ceil(M/ob), ob]``),
+all zero-padded, so the padding output channels come out zero (the invariant
+:mod:`ember.graph.alter_layout` relies on).
+
+* ``ember.ConvNCHWc`` (X, W, B?) — a 2-D convolution, ``group == 1``:
+  ``out[n, o, oh, ow, oi] = sum_{ic, r, q, ii} xpad[n, ic, oh*s0 + r*d0, ow*s1 + q*d1, ii] *
+  w[o, ic, r, q, ii, oi] (+ b[o, oi])``.
+* ``ember.DepthwiseConvNCHWc`` (X, W, B?) — one filter per channel (``group == C == M``):
+  ``out[n, c, oh, ow, ci] = sum_{r, q} xpad[n, c, oh*s0 + r*d0, ow*s1 + q*d1, ci] *
+  w[c, 0, r, q, ci] (+ b[c, ci])``.
+
+Both take the ONNX ``Conv`` attributes (``pads`` or ``auto_pad``, ``strides``, ``dilations``)
+and read the vector width from the tensors' shapes, so the same definition serves AVX-512
+(``b = 16``), AVX2 (8) and NEON (4). The padded input is a stage of its own (``tag ==
+"nchwc_pad"``, flagged ``workspace``) so the product reads it without bounds tests; the product
+is tagged ``"conv_nchwc"`` / ``"dwconv_nchwc"`` for the CPU strategy's register-blocked
+schedules (:mod:`ember.strategy.cpu_conv`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import te
+from ..te import Tensor
+from .nn import check_window, conv_pads
+from .registry import OpContext, register
+from .util import compute, const_like, dtype_of, ints, shape, uname
+
+CONV_NCHWC = "ember.ConvNCHWc"
+DEPTHWISE_NCHWC = "ember.DepthwiseConvNCHWc"
+
+
+def _geometry(ctx: OpContext, x: Tensor, ksp: tuple[int, int]) -> tuple[list[int], list[int], list[int], list[int],
+                                                                           tuple[int, int]]:
+    """(strides, dilations, pads_begin, pads_end, (OH, OW)) of a blocked convolution node."""
+    sx = shape(x)
+    strides = ints(ctx.attr("strides")) or [1, 1]
+    dil = ints(ctx.attr("dilations")) or [1, 1]
+    check_window(ctx, "input", 2, ksp, strides, dil)
+    lo, hi = conv_pads(ctx, (sx[2], sx[3]), ksp, strides, dil)
+    out = tuple((sx[2 + d] + lo[d] + hi[d] - ((ksp[d] - 1) * dil[d] + 1)) // strides[d] + 1 for d in range(2))
+    if min(out) < 1:
+        raise ctx.fail(f"the window does not fit the input's spatial shape {sx[2:4]}: the output would be {out}")
+    return strides, dil, lo, hi, (out[0], out[1])
+
+
+def _padded(x: Tensor, lo: list[int], hi: list[int]) -> Tensor:
+    """``x`` (``[N, CB, H, W, b]``) with its spatial axes zero-padded, as a stage of its own."""
+    if not any(lo) and not any(hi):
+        return x
+    n_, cb, h, w, b = shape(x)
+    dt = dtype_of(x)
+
+    def body(n: Any, c: Any, i: Any, j: Any, k: Any) -> Any:
+        ok = (i >= lo[0]) & (i < h + lo[0]) & (j >= lo[1]) & (j < w + lo[1])
+        return te.if_then_else(ok, x[n, c, i - lo[0], j - lo[1], k], const_like(0, dt))
+
+    return compute((n_, cb, h + lo[0] + hi[0], w + lo[1] + hi[1], b), body, name=uname("nchwc_pad"),
+                   tag="nchwc_pad", constant_layout=True, workspace=True)
+
+
+def _with_bias(out: Tensor, bias: Tensor | None) -> Tensor:
+    if bias is None:
+        return out
+    return compute(shape(out), lambda n, o, i, j, k: out[n, o, i, j, k] + bias[o, k], name=uname("conv_bias"))
+
+
+@register(CONV_NCHWC, pattern="heavy")
+def conv_nchwc(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """``ember.ConvNCHWc``: X ``[N, CB, H, W, ib]``, W ``[MB, CB, KH, KW, ib, ob]``, B ``[MB, ob]``
+    (see the module docstring); the result is ``[N, MB, OH, OW, ob]``."""
+    sx, sw = shape(x), shape(w)
+    if len(sx) != 5 or len(sw) != 6 or sw[1] != sx[1] or sw[4] != sx[4]:
+        raise ctx.fail(f"X {sx} must be [N, CB, H, W, ib] and W {sw} [MB, CB, KH, KW, ib, ob] with the same CB and ib")
+    if b is not None and shape(b) != (sw[0], sw[5]):
+        raise ctx.fail(f"B has shape {shape(b)}; the blocked bias is [MB, ob] = {(sw[0], sw[5])}")
+    strides, dil, lo, hi, (oh_, ow_) = _geometry(ctx, x, (sw[2], sw[3]))
+    xp = _padded(x, lo, hi)
+    rc = te.reduce_axis((0, sx[1]), name="rc")
+    rr = te.reduce_axis((0, sw[2]), name="rr")
+    rq = te.reduce_axis((0, sw[3]), name="rq")
+    ri = te.reduce_axis((0, sx[4]), name="ri")
+
+    def body(n: Any, o: Any, i: Any, j: Any, k: Any) -> Any:
+        v = xp[n, rc.var, i * strides[0] + rr.var * dil[0], j * strides[1] + rq.var * dil[1], ri.var]
+        return te.sum(v * w[o, rc.var, rr.var, rq.var, ri.var, k], axis=[rc, rr, rq, ri])
+
+    attrs = {"strides": strides, "dilations": dil, "pads": (lo, hi)}
+    out = compute((sx[0], sw[0], oh_, ow_, sw[5]), body, name=uname("conv_nchwc"), tag="conv_nchwc", attrs=attrs)
+    return _with_bias(out, b)
+
+
+@register(DEPTHWISE_NCHWC, pattern="heavy")
+def depthwise_conv_nchwc(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """``ember.DepthwiseConvNCHWc``: X ``[N, CB, H, W, b]``, W ``[CB, 1, KH, KW, b]``, B
+    ``[CB, b]`` (see the module docstring); the result is ``[N, CB, OH, OW, b]``."""
+    sx, sw = shape(x), shape(w)
+    if len(sx) != 5 or len(sw) != 5 or sw[0] != sx[1] or sw[1] != 1 or sw[4] != sx[4]:
+        raise ctx.fail(f"X {sx} must be [N, CB, H, W, b] and W {sw} [CB, 1, KH, KW, b] with the same CB and b")
+    if b is not None and shape(b) != (sx[1], sx[4]):
+        raise ctx.fail(f"B has shape {shape(b)}; the blocked bias is [CB, b] = {(sx[1], sx[4])}")
+    strides, dil, lo, hi, (oh_, ow_) = _geometry(ctx, x, (sw[2], sw[3]))
+    xp = _padded(x, lo, hi)
+    rr = te.reduce_axis((0, sw[2]), name="rr")
+    rq = te.reduce_axis((0, sw[3]), name="rq")
+
+    def body(n: Any, c: Any, i: Any, j: Any, k: Any) -> Any:
+        v = xp[n, c, i * strides[0] + rr.var * dil[0], j * strides[1] + rq.var * dil[1], k]
+        return te.sum(v * w[c, 0, rr.var, rq.var, k], axis=[rr, rq])
+
+    attrs = {"strides": strides, "dilations": dil, "pads": (lo, hi)}
+    out = compute((sx[0], sx[1], oh_, ow_, sx[4]), body, name=uname("dwconv_nchwc"), tag="dwconv_nchwc", attrs=attrs)
+    return _with_bias(out, b)

@@ -1,0 +1,54 @@
+"""The CPU layout policy: which graph nodes run on channel-blocked (``NCHW[x]c``) tensors.
+
+:class:`CPULayoutPolicy` answers the graph pass :class:`ember.graph.alter_layout.AlterLayout`
+(as TVM's AlterOpLayout and ONNX Runtime's NCHWc transformer): a float32 2-D ``Conv`` with
+constant weights runs as ``ember.ConvNCHWc`` (``group == 1``) or ``ember.DepthwiseConvNCHWc``
+(one filter per channel) from :mod:`ember.ops.conv_nchwc`, reading and writing ``NCHW{x}c``
+with ``x`` the target's float32 vector width (16 with AVX-512, 8 with AVX2, 4 on NEON — of
+**the target**, never the host). Its weights are re-laid-out to ``OIHW{ib}i{x}o`` (depthwise:
+``OIHW{x}o``) and its bias to ``C{x}c``; both are constants, so the graph pipeline computes them
+at compile time. An input with fewer channels than ``x`` (an image's 3) is read as
+``NCHW{C}c`` (one block, no padding) instead of being padded to ``x``.
+
+Everything else is left to the pass: the elementwise consumers (bias, residual add, ReLU,
+Clip...) run in the same blocked layout when that is exact, and layout transforms appear only
+where a node that is not placed (pooling, reshape, a grouped convolution) reads a blocked tensor.
+"""
+
+from __future__ import annotations
+
+from ..ops.conv_nchwc import CONV_NCHWC, DEPTHWISE_NCHWC
+from ..ops.layout_transform import LayoutSite, NodeLayouts, ValueLayout
+from ..target import Target
+
+
+class CPULayoutPolicy:
+    """Blocked layouts for the convolutions of an ``llvm`` target (see the module docstring)."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.block = max(1, target.vector_lanes(32))
+
+    def layouts(self, site: LayoutSite) -> NodeLayouts | None:
+        """``NodeLayouts`` placing a float32 2-D Conv with constant weights (``group == 1``, or
+        depthwise with one filter per channel) in ``NCHW{x}c``; None for every other node."""
+        if site.op != "Conv" or len(site.inputs) < 2:
+            return None
+        x, w = site.inputs[0], site.inputs[1]
+        b = site.inputs[2] if len(site.inputs) > 2 else None
+        if x is None or w is None or not w.constant or len(x.shape) != 4 or len(w.shape) != 4:
+            return None
+        if x.dtype != "float32" or w.dtype != "float32" or (b is not None and b.dtype != "float32"):
+            return None
+        group = int(site.attrs.get("group", 1))
+        c, m, xb = x.shape[1], w.shape[0], self.block
+        bias = [ValueLayout.of("C", f"C{xb}c")] if b is not None else []
+        out = [ValueLayout.of("NCHW", f"NCHW{xb}c")]
+        if group == 1:
+            ib = c if c < xb else xb
+            ins = [ValueLayout.of("NCHW", f"NCHW{ib}c"), ValueLayout.of("OIHW", f"OIHW{ib}i{xb}o")]
+            return NodeLayouts(ins + bias, out, op=CONV_NCHWC, attrs=dict(site.attrs))
+        if group == c == m and w.shape[1] == 1:
+            ins = [ValueLayout.of("NCHW", f"NCHW{xb}c"), ValueLayout.of("OIHW", f"OIHW{xb}o")]
+            return NodeLayouts(ins + bias, out, op=DEPTHWISE_NCHWC, attrs=dict(site.attrs))
+        return None
