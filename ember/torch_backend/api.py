@@ -65,8 +65,9 @@ class TorchModule:
 def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any] | Any, target: str | None = None,
                precision: str = "float32", cuda_graphs: bool = True, fallback: bool = True,
                max_variants: int = 8) -> TorchModule:
-    """Compile ``module`` with ember for ``example_inputs`` (a tensor or a sequence of call
-    arguments) and return a callable :class:`TorchModule` taking and returning torch tensors.
+    """Compile ``module`` with ember for ``example_inputs`` (a tensor, a sequence of positional
+    arguments, or a dict of keyword arguments) and return a callable :class:`TorchModule` taking
+    and returning torch tensors.
 
     ``target``: None picks ``"llvm"`` for CPU tensors and ``"cuda"`` for CUDA ones;
     ``precision``, ``cuda_graphs`` as for :func:`ember.compile`; ``fallback``: run operators
@@ -74,13 +75,17 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any] | Any, tar
     module must be in eval mode (inference only). Needs torch."""
     if not isinstance(module, torch.nn.Module):
         raise EmberError(f"from_torch takes a torch.nn.Module, got {type(module).__name__}")
-    args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
+    kwargs: dict[str, Any] = {}
+    if isinstance(example_inputs, dict):  # keyword arguments (attention_mask=..., as transformers takes)
+        args, kwargs = (), dict(example_inputs)
+    else:
+        args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
     opts = Options(target=target, precision=precision, cuda_graphs=cuda_graphs, fallback=fallback,
                    max_variants=max_variants)
     compiled = TorchModule(module, opts)
     try:
         with torch.no_grad():
-            compiled(*args)
+            compiled(*args, **kwargs)
     except torch._dynamo.exc.BackendCompilerFailed as exc:  # ember's own error, not Dynamo's wrapper
         inner = getattr(exc, "inner_exception", None)
         if isinstance(inner, EmberError):

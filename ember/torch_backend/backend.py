@@ -12,11 +12,12 @@ in and out, no copies, torch's current stream).
   the subgraphs ember compiles run in ember, the operators it cannot compile run eagerly in
   PyTorch, with one :class:`EagerFallbackWarning` per graph listing them.
 * **Inference only.** Weights (parameters and buffers) are frozen into the compiled model at
-  compile time, as ``torch_tensorrt`` and inductor's freezing do: changing them afterwards needs a
-  new ``torch.compile``. Graphs in training mode (dropout, batch norm on batch statistics) are
-  refused with an :class:`~ember.errors.EmberError`; when autograd records (grad mode on and an
-  input or weight requiring grad), the outputs carry a gradient function that raises a clear
-  error if a backward pass reaches it.
+  compile time, as ``torch_tensorrt`` and inductor's freezing do; a call whose weights are other
+  tensors or were changed in place (their version counters moved) compiles the graph again.
+  Graphs in training mode (dropout, batch norm on batch statistics) are refused with an
+  :class:`~ember.errors.EmberError`; when autograd records (grad mode on and an input or weight
+  requiring grad), the outputs carry a gradient function that raises a clear error if a backward
+  pass reaches it.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ class Options:
         return Options(**opts)
 
 
+def _version(t: torch.Tensor) -> int:
+    """A tensor's version counter (-1 for inference tensors, which have none)."""
+    try:
+        return t._version
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return -1
+
+
 class _InferenceOnly(torch.autograd.Function):
     """Gives ember's outputs a gradient function that refuses: ember computes no gradients."""
 
@@ -94,6 +103,10 @@ class CompiledGraph:
         self._tensor_pos = [i for i, k in enumerate(kinds) if k == "tensor"]
         self._value_pos = [i for i, k in enumerate(kinds) if k in ("int", "other")]
         self._weights_need_grad = any(a.requires_grad for a, k in zip(example_inputs, kinds) if k == "weight")
+        self._weight_pos = [i for i, k in enumerate(kinds) if k == "weight"]
+        #: The weights the variants were compiled with, and their version counters (bumped by
+        #: every in-place change, ``load_state_dict`` included).
+        self._weights = [(example_inputs[i], _version(example_inputs[i])) for i in self._weight_pos]
         self.variants: OrderedDict[tuple[Any, ...], TorchRunner] = OrderedDict()
         self._last: TorchRunner | None = None
         #: Shapes compiled so far (evicted ones included).
@@ -127,6 +140,15 @@ class CompiledGraph:
             self.variants.popitem(last=False)
         return runner
 
+    def _refreeze(self, args: tuple[Any, ...]) -> None:
+        """The weights changed since they were frozen (replaced, or modified in place): drop
+        every variant, so the next ones are compiled with the new values, and say so once."""
+        warnings.warn("ember: the module's weights changed since they were compiled in; compiling again with "
+                      "the new values", RuntimeWarning, stacklevel=3)
+        self.variants.clear()
+        self._last = None
+        self._weights = [(args[i], _version(args[i])) for i in self._weight_pos]
+
     @property
     def model(self) -> Any:
         """The ember model of the most recently compiled shape."""
@@ -137,6 +159,11 @@ class CompiledGraph:
         key = tuple([t.shape for t in tensors])
         if self._value_pos:
             key += tuple([args[i] for i in self._value_pos])
+        for i, (w, version) in zip(self._weight_pos, self._weights):
+            a = args[i]
+            if a is not w or _version(a) != version:
+                self._refreeze(args)
+                break
         runner = self.variants.get(key)
         if runner is None:
             runner = self.add_variant(args)
@@ -227,8 +254,12 @@ def _split_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], inputs: Gr
 
 
 def ember_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
-                  options: dict[str, Any] | None = None) -> Callable[..., Any]:
+                  options: dict[str, Any] | None = None, mode: str | None = None) -> Callable[..., Any]:
     """The TorchDynamo backend (registered as ``"ember"`` through the ``torch_dynamo_backends``
     entry point): compiles ``gm`` for the device of ``example_inputs`` (``options``: see
-    :class:`Options`) and returns the callable Dynamo calls instead of ``gm``."""
+    :class:`Options`) and returns the callable Dynamo calls instead of ``gm``. ``mode`` (what
+    ``torch.compile(mode=...)`` passes) is inductor's; ember has none besides the default."""
+    if mode not in (None, "default"):
+        raise EmberError(f"torch.compile(mode={mode!r}) is inductor's; the ember backend takes options instead "
+                         f"(options={{'precision': 'float16', 'cuda_graphs': True, ...}})")
     return compile_graph(gm, example_inputs, Options.of(options))

@@ -106,6 +106,19 @@ def test_fallback_runs_unsupported_ops_eagerly_with_one_warning():
     assert len(fused) >= 2  # the linear layers before and after run in ember
 
 
+def test_weights_changed_in_place_are_compiled_again():
+    torch.manual_seed(7)
+    net = torch.nn.Linear(6, 4).eval()
+    compiled = torch.compile(net, backend="ember")
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        close(compiled(x), net(x))
+        net.load_state_dict({"weight": torch.randn(4, 6), "bias": torch.randn(4)})  # in place
+        with pytest.warns(RuntimeWarning, match="weights changed"):
+            got = compiled(x)
+        close(got, net(x))
+
+
 def test_fallback_off_raises():
     class Inv(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -153,6 +166,8 @@ def test_unknown_option_is_named():
         from ember.torch_backend import Options
 
         Options.of({"precison": "float16"})
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="inductor's"):
+        torch.compile(torch.nn.ReLU(), backend="ember", mode="max-autotune")(torch.randn(3))
 
 
 def test_small_bert_encoder_matches_eager():
@@ -162,10 +177,10 @@ def test_small_bert_encoder_matches_eager():
     ids = torch.randint(0, 500, (2, 13))
     mask = torch.ones(2, 13, dtype=torch.int64)
     mask[1, 9:] = 0  # padding: the attention mask path
-    m = from_torch(bert, (ids, mask))
+    m = from_torch(bert, {"input_ids": ids, "attention_mask": mask})  # keyword arguments
     assert isinstance(m.model, ember.Model)  # the whole encoder in one ember model
     with torch.no_grad():
-        got, want = m(ids, mask), bert(ids, mask)
+        got, want = m(input_ids=ids, attention_mask=mask), bert(ids, mask)
     close(got.last_hidden_state, want.last_hidden_state)
     close(got.pooler_output, want.pooler_output)
 
