@@ -8,7 +8,10 @@ the per-round ratios (robust to a burst of load in one round) next to the best t
 reported: each batch's output against ONNX Runtime, the compile time of a new shape bucket with an
 empty cache and on a repeat (a fresh model, the same bucket: the compile cache answers), and the
 per-call cost of the variant lookup on a tiny graph (where it is not hidden by the network's run
-time).
+time). On the CPU it also times the alternative design, kernels whose batch extent stays symbolic
+(``te.var``), against the same kernels built for a constant extent, with the CPU strategy's own
+schedules (a ResNet-style bias + ReLU, and a row sum over a fixed axis), both checked against
+NumPy.
 
     python benchmarks/dynamic_shapes.py                      # CPU -> benchmarks/results/dynamic_shapes_llvm.json
     python benchmarks/dynamic_shapes.py --target cuda --out gpu_check_out
@@ -90,6 +93,56 @@ def paired(fns: dict[str, Any], rounds: int, min_time: float = 0.2, settle: floa
     return {"best": {n: min(v) for n, v in per_round.items()}, "median_ratio": ratios[len(ratios) // 2]}
 
 
+def _concrete(shape: Any, n: int) -> tuple[int, ...]:
+    """``shape`` (constants, or the symbolic extent) with the symbolic extent set to ``n``."""
+    from ember.ir import expr as E
+
+    return tuple(n if isinstance(d, E.Var) else int(d.value if isinstance(d, E.IntImm) else d) for d in shape)
+
+
+def symbolic_kernels(rounds: int) -> list[dict[str, Any]]:
+    """Kernels built with a symbolic leading extent (``te.var("n")``, the alternative to one
+    variant per shape) against the same computation built for a constant extent, scheduled by
+    the CPU strategy as a model's kernels are; each checked against NumPy, timed interleaved."""
+    from ember import te
+    from ember.ir.expr import max_expr
+    from ember.strategy.base import strategy_for
+    from ember.target import Target
+
+    strategy = strategy_for(Target("llvm"))
+
+    def bias_relu(n: Any) -> tuple[list[Any], Any]:
+        x, b = te.placeholder((n, 64, 56, 56), name="X"), te.placeholder((64,), name="b")
+        return [x, b], te.compute((n, 64, 56, 56), lambda i, c, h, w: max_expr(x[i, c, h, w] + b[c], 0.0), name="Y")
+
+    def row_sum(n: Any) -> tuple[list[Any], Any]:
+        x = te.placeholder((n, 1000), name="X")
+        k = te.reduce_axis((0, 1000), name="k")
+        return [x], te.compute((n,), lambda i: te.sum(x[i, k], axis=k), name="Y")
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, make, ref in [("bias_relu (n,64,56,56)", bias_relu, lambda x, b: np.maximum(x + b[:, None, None], 0)),
+                            ("row_sum (n,1000)", row_sum, lambda x: x.sum(axis=1, dtype=np.float64))]:
+        for n in BATCHES:
+            fns = {}
+            for kind, extent in (("symbolic", te.var("n")), ("fixed", n)):
+                ins, out = make(extent)
+                fns[kind] = ember.build(strategy.schedule_group([out]), [*ins, out], target="llvm", name=f"k_{kind}")
+            args = [rng.standard_normal(_concrete(t.shape, n), dtype=np.float32) for t in ins]
+            shape = _concrete(out.shape, n)
+            outs = {k: ember.nd.array(np.full(shape, np.nan, np.float32)) for k in fns}
+            nd_args = [ember.nd.array(a) for a in args]
+            for k, f in fns.items():
+                f(*nd_args, outs[k])
+                np.testing.assert_allclose(outs[k].numpy(), ref(*args), rtol=1e-5, atol=1e-4)
+            res = paired({k: (lambda f=f, a=nd_args, o=outs[k]: f(*a, o)) for k, f in fns.items()}, rounds, 0.05, 0.05)
+            rows.append({"kernel": name, "n": n, "symbolic_us": round(res["best"]["symbolic"] * 1e6, 1),
+                         "fixed_us": round(res["best"]["fixed"] * 1e6, 1),
+                         "median_round_ratio": round(res["median_ratio"], 3)})
+    return rows
+
+
 def run(target: str, directory: Path, rounds: int) -> dict[str, Any]:
     """Compile, check and time; returns the result rows and notes."""
     import onnxruntime as ort
@@ -145,7 +198,8 @@ def run(target: str, directory: Path, rounds: int) -> dict[str, Any]:
     tiny_best = interleaved({"dynamic": lambda: tiny_dyn(small), "fixed": lambda: tiny_fixed(small)},
                             rounds=rounds, min_time=0.1)
     overhead_us = (tiny_best["dynamic"] - tiny_best["fixed"]) * 1e6
-    return {"rows": rows, "lookup_overhead_us": round(overhead_us, 2),
+    return {"rows": rows, "symbolic_kernels": symbolic_kernels(rounds) if target == "llvm" else [],
+            "lookup_overhead_us": round(overhead_us, 2),
             "tiny_call_us": {k: round(v * 1e6, 2) for k, v in tiny_best.items()}}
 
 
@@ -175,6 +229,7 @@ def main() -> int:
             "note": "the CPU figures taken during a session on a shared 2-core machine are noisy; the ratio "
                     "(same process, interleaved) is the figure to read"}
     lines = [table(res["rows"], list(res["rows"][0])),
+             *([table(res["symbolic_kernels"], list(res["symbolic_kernels"][0]))] if res["symbolic_kernels"] else []),
              f"variant lookup: {res['lookup_overhead_us']} us per call (tiny graph: {res['tiny_call_us']})"]
     text = write_outputs(args.out, f"dynamic_shapes_{args.target}", {"meta": meta, **res}, lines)
     print(text)
