@@ -22,6 +22,7 @@ in and out, no copies, torch's current stream).
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
@@ -109,6 +110,7 @@ class CompiledGraph:
         self._weights = [(example_inputs[i], _version(example_inputs[i])) for i in self._weight_pos]
         self.variants: OrderedDict[tuple[Any, ...], TorchRunner] = OrderedDict()
         self._last: TorchRunner | None = None
+        self._lock = threading.RLock()
         #: Shapes compiled so far (evicted ones included).
         self.compiles = 0
         out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
@@ -136,8 +138,9 @@ class CompiledGraph:
         key = self._key(args)
         self.variants[key] = runner
         self.compiles += 1
-        while len(self.variants) > self.options.max_variants:
-            self.variants.popitem(last=False)
+        with self._lock:
+            while len(self.variants) > self.options.max_variants:
+                self.variants.popitem(last=False)
         return runner
 
     def _refreeze(self, args: tuple[Any, ...]) -> None:
@@ -145,9 +148,10 @@ class CompiledGraph:
         every variant, so the next ones are compiled with the new values, and say so once."""
         warnings.warn("ember: the module's weights changed since they were compiled in; compiling again with "
                       "the new values", RuntimeWarning, stacklevel=3)
-        self.variants.clear()
-        self._last = None
-        self._weights = [(args[i], _version(args[i])) for i in self._weight_pos]
+        with self._lock:
+            self.variants.clear()
+            self._last = None
+            self._weights = [(args[i], _version(args[i])) for i in self._weight_pos]
 
     @property
     def model(self) -> Any:
@@ -166,7 +170,8 @@ class CompiledGraph:
                 break
         runner = self.variants.get(key)
         if runner is None:
-            runner = self.add_variant(args)
+            with self._lock:  # one compile per new shape, also when threads call at once
+                runner = self.variants.get(key) or self.add_variant(args)
         elif runner is not self._last:
             self.variants.move_to_end(key)  # least recently used goes first
         self._last = runner
