@@ -36,19 +36,21 @@ def gemm_model(n: int, m: int | None = None) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def time_to_within(db: str, workload: str, frac: float = 0.05) -> float | None:
-    """Seconds from the first record of ``workload`` to the first within ``frac`` of the best."""
+def record_times(db: str, workload: str, frac: float = 0.05) -> tuple[float | None, float | None]:
+    """(seconds from the first record of ``workload`` to the first within ``frac`` of the best,
+    seconds from the first record to the last): the search's pace, over every run that added to
+    ``db``."""
     from ember.tune import TuningDB
 
     with TuningDB(db) as tdb:
         recs = tdb.records(workload=workload)
     valid = [r for r in recs if r.valid]
     if not valid:
-        return None
+        return None, None
     best = min(r.seconds or 0.0 for r in valid)
     first = min(r.created for r in recs)
     hit = min(r.created for r in valid if (r.seconds or 0.0) <= best * (1 + frac))
-    return hit - first
+    return hit - first, max(r.created for r in recs) - first
 
 
 def main() -> int:
@@ -85,6 +87,7 @@ def main() -> int:
     best = interleaved({"tuned": lambda: tuned(x), "default": lambda: plain(x),
                         "openblas": lambda: np.matmul(x, w, out=out)})
     task = result.tasks[0]
+    pace = record_times(args.db, task.workload)
     flop = 2.0 * m * n * n
     res: dict[str, Any] = {
         "gemm": [m, n, n], "threads": args.threads, "target": target,
@@ -94,7 +97,7 @@ def main() -> int:
         "default_vs_openblas": round(best["openblas"] / best["default"], 3),
         "rel_err_vs_fp64": errs, "new_trials": result.new_trials, "trials_total": task.trials,
         "tuning_s": round(result.elapsed, 1), "bench_s": round(time.perf_counter() - t0, 1),
-        "to_5pct_s": _round(time_to_within(args.db, task.workload)), "best_config": task.best_config,
+        "to_5pct_s": _round(pace[0]), "records_span_s": _round(pace[1]), "best_config": task.best_config,
         "cost_model": "xgboost" if _has("xgboost") else "numpy",
         "note": "ember and OpenBLAS timed in alternating rounds in one process (best of 9 rounds); the model "
                 "call includes ember's input/output handling",
