@@ -27,7 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, EmberError
+from ..errors import (
+    ArgumentError,
+    EmberError,
+    FrontendError,
+    GraphError,
+    ModelFormatError,
+    OpError,
+    UnsupportedOpError,
+)
 from .model import Model
 from .program import Program, TensorSpec
 
@@ -190,6 +198,11 @@ class ShapeSpecializer:
                 _log.info("compiling a variant for input shapes %s", shapes)
                 try:
                     model = self.compile_shapes(shapes)
+                except (GraphError, OpError, FrontendError) as exc:
+                    if isinstance(exc, (ModelFormatError, UnsupportedOpError)):
+                        raise
+                    # shape inference or an operator refused these sizes (e.g. a Reshape they do not divide)
+                    raise ArgumentError(f"the model does not accept the input shapes {shapes}: {exc}") from exc
                 except EmberError as exc:
                     add_note = getattr(exc, "add_note", None)  # Python >= 3.11
                     if add_note is not None:

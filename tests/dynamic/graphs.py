@@ -80,3 +80,11 @@ def if_on_value(rng: np.random.Generator):
     rate = helper.make_tensor_value_info("rate", TensorProto.INT64, [])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     return _model(nodes, [x, rate], [y], inits)
+
+
+def reshape_rows_of_four():
+    """x[b, w] -> Reshape to [b, -1, 4]: only widths divisible by 4 fit the graph."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "w"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    shape = numpy_helper.from_array(np.array([0, -1, 4], np.int64), "s")
+    return _model([helper.make_node("Reshape", ["x", "s"], ["y"])], [x], [y], [shape])

@@ -269,3 +269,12 @@ def test_variants_share_equal_constants(rng) -> None:
     assert common  # the weights (packed at compile time) of both variants
     equal = [n for n in common if np.array_equal(a.consts[n], b.consts[n])]
     assert equal and all(a.consts[n] is b.consts[n] for n in equal)
+
+
+def test_shapes_the_graph_cannot_take_are_argument_errors(rng) -> None:
+    m = graphs.reshape_rows_of_four()
+    model, sess = ember.compile(m), _ort(m)
+    with pytest.raises(ArgumentError, match=r"does not accept the input shapes \{'x': \(2, 6\)\}.*Reshape"):
+        model(np.ones((2, 6), np.float32))
+    _check(model, sess, {"x": rng.standard_normal((3, 12)).astype(np.float32)})  # a width that fits
+    assert model.variants == [{"x": (3, 12)}]
