@@ -534,25 +534,60 @@ def _merge(a: _Access, b: _Access) -> _Access:
 _EMPTY = _Access({}, {})
 
 
-def _renamed_accesses(s: S.Stmt) -> _Access:
+class _AccessMemo:
+    """What the barrier analysis computes once per IR node: the shared-memory loads inside an
+    expression, and the structural key of a load's or store's indices under a given renaming of
+    thread-bound loop variables. Each entry keeps its node alive, so an ``id`` is never reused
+    while the memo lives (one :func:`insert_barriers` call)."""
+
+    def __init__(self) -> None:
+        self.loads: dict[int, tuple[Any, tuple[E.BufferLoad, ...]]] = {}
+        self.keys: dict[tuple[int, tuple[int, ...]], tuple[Any, tuple[Any, ...]]] = {}
+
+    def shared_loads(self, e: Any) -> tuple[E.BufferLoad, ...]:
+        """The loads of shared buffers inside expression ``e``, in visiting order."""
+        hit = self.loads.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        found: list[E.BufferLoad] = []
+
+        def f(n: Any) -> None:
+            if isinstance(n, E.BufferLoad) and n.buffer.scope == "shared":
+                found.append(n)
+
+        post_order_visit(e, f)
+        out = tuple(found)
+        self.loads[id(e)] = (e, out)
+        return out
+
+    def key(self, owner: Any, indices: tuple[E.PrimExpr, ...], vmap: dict[E.Var, E.PrimExpr]) -> tuple[Any, ...]:
+        """The structural key of ``indices`` (of ``owner``, a load or store) with ``vmap``'s
+        thread-bound variables replaced by the hardware index."""
+        mk = (id(owner), tuple(id(v) for v in vmap))
+        hit = self.keys.get(mk)
+        if hit is not None and hit[0] is owner:
+            return hit[1]
+        out = tuple(structural_key(substitute(i, vmap) if vmap else i) for i in indices)
+        self.keys[mk] = (owner, out)
+        return out
+
+
+def _renamed_accesses(s: S.Stmt, memo: _AccessMemo | None = None) -> _Access:
     """The shared buffers ``s`` reads and writes, each with the set of its index expressions
     (structural keys) where loop variables bound to threadIdx are replaced by the hardware index,
     so that accesses by one thread to its own element compare equal wherever they are written.
     The statement is walked, not rebuilt: only the indices of shared accesses are renamed, which
-    keeps the barrier pass fast on large unrolled kernels."""
+    keeps the barrier pass fast on large unrolled kernels; ``memo`` (shared by the calls of one
+    barrier pass) remembers each expression's shared loads and each renamed key, since the pass
+    asks about nested statements again and again."""
+    memo = memo if memo is not None else _AccessMemo()
     reads: dict[Any, set[Any]] = {}
     writes: dict[Any, set[Any]] = {}
     vmap: dict[E.Var, E.PrimExpr] = {}
 
-    def key(indices: tuple[E.PrimExpr, ...]) -> tuple[Any, ...]:
-        return tuple(structural_key(substitute(i, vmap) if vmap else i) for i in indices)
-
     def expr(e: Any) -> None:
-        def f(n: Any) -> None:
-            if isinstance(n, E.BufferLoad) and n.buffer.scope == "shared":
-                reads.setdefault(n.buffer, set()).add(key(n.indices))
-
-        post_order_visit(e, f)
+        for n in memo.shared_loads(e):
+            reads.setdefault(n.buffer, set()).add(memo.key(n, n.indices, vmap))
 
     def stmt(x: Any) -> None:
         if isinstance(x, S.For):
@@ -569,7 +604,7 @@ def _renamed_accesses(s: S.Stmt) -> _Access:
             for i in x.indices:
                 expr(i)
             if x.buffer.scope == "shared":
-                writes.setdefault(x.buffer, set()).add(key(x.indices))
+                writes.setdefault(x.buffer, set()).add(memo.key(x, x.indices, vmap))
         elif isinstance(x, S.IfThenElse):
             expr(x.condition)
             stmt(x.then_case)
@@ -605,12 +640,13 @@ class _Barriers:
     def __init__(self, bdim: tuple[int, int, int]):
         self.bdim = bdim
         self._memo: dict[int, tuple[S.Stmt, _Access]] = {}
+        self._nodes = _AccessMemo()
 
     def access(self, s: S.Stmt) -> _Access:
         hit = self._memo.get(id(s))
         if hit is not None and hit[0] is s:
             return hit[1]
-        acc = _renamed_accesses(s)
+        acc = _renamed_accesses(s, self._nodes)
         self._memo[id(s)] = (s, acc)
         return acc
 
