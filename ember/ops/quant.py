@@ -427,7 +427,59 @@ def _conv_int(
     dil = ints(ctx.attr("dilations")) or [1] * nsp
     lo, hi = conv_pads(ctx, sx[2:], sw[2:], strides, dil)
     b32 = None if bias is None else compute(shape(bias), lambda m: cast(bias[m], "int32"), name=uname("convi_b"))
+    if nsp == 2 and int(ctx.attr("group", 1)) == 1 and sw[0] >= 16:
+        return _conv2d_int_packed(ctx, x, w, xzp, wl, b32, strides, dil, lo, hi)
     return conv_tensor(xi, wi, b32, strides, dil, lo, hi, int(ctx.attr("group", 1)), ctx.strategy)
+
+
+def _conv2d_int_packed(
+    ctx: OpContext,
+    x: Tensor,
+    w: Tensor,
+    xzp: Tensor | None,
+    wl: Loader | None,
+    b32: Tensor | None,
+    strides: list[int],
+    dil: list[int],
+    lo: list[int],
+    hi: list[int],
+) -> Tensor:
+    """The int32 2-D convolution (group 1) on the packed GEMM: the image minus its zero point as an
+    int32 im2col matrix ``[N, OH*OW, C*KH*KW]`` (a workspace; padding reads 0, which is the zero
+    point shifted away), the weights minus theirs packed as int32 panels (at compile time), plus
+    the int32 bias."""
+    N, C, H, W = shape(x)
+    M, _, KH, KW = shape(w)
+    OH = (H + lo[0] + hi[0] - ((KH - 1) * dil[0] + 1)) // strides[0] + 1
+    OW = (W + lo[1] + hi[1] - ((KW - 1) * dil[1] + 1)) // strides[1] + 1
+    K = C * KH * KW
+    zero = E.const(0, "int32")
+
+    def patch(n: Any, p: Any, k: Any) -> E.PrimExpr:
+        c, r, q = E.floordiv(k, KH * KW), E.floormod(E.floordiv(k, KW), KH), E.floormod(k, KW)
+        ih = E.floordiv(p, OW) * strides[0] + r * dil[0] - lo[0]
+        iw = E.floormod(p, OW) * strides[1] + q * dil[1] - lo[1]
+        inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        v = cast(x[n, c, E.max_expr(E.min_expr(ih, H - 1), 0), E.max_expr(E.min_expr(iw, W - 1), 0)], "int32")
+        if xzp is not None:
+            v = v - cast(_scalar(xzp), "int32")
+        return te.if_then_else(inside, v, zero)
+
+    cols = compute((N, OH * OW, K), patch, name=uname("qconv_im2col"), materialize=True, workspace=True)
+
+    def b_at(k: Any, m: Any) -> E.PrimExpr:
+        idx = (m, E.floordiv(k, KH * KW), E.floormod(E.floordiv(k, KW), KH), E.floormod(k, KW))
+        v = cast(w[idx], "int32")
+        return v - cast(wl(idx), "int32") if wl is not None else v
+
+    acc = packed_product(lambda li, p, k: cols[li[0], p, k], b_at, (N,), OH * OW, K, M, "int32", ctx.strategy,
+                         "qconv")
+
+    def out(n: Any, m: Any, oh: Any, ow: Any) -> E.PrimExpr:
+        v = acc[n, oh * OW + ow, m]
+        return v + b32[m] if b32 is not None else v
+
+    return compute((N, M, OH, OW), out, name=uname("qconv"))
 
 
 @register("ConvInteger", pattern="reduce")

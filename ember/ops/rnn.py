@@ -143,7 +143,7 @@ def _step_state(new: Tensor, prev: Any, order: _Order, s: int, dt: str) -> tuple
         return new, new
     B, Hs = shape(new)
     state = compute((B, Hs), lambda b, j: te.if_then_else(order.live(s, b), new[b, j], prev(b, j)),
-                    name=uname("rnn_keep"))
+                    name=uname("rnn_keep"), materialize=True)
     y = compute((B, Hs), lambda b, j: te.if_then_else(order.live(s, b), new[b, j], const_like(0, dt)),
                 name=uname("rnn_out"))
     return state, y
@@ -236,9 +236,11 @@ def lstm(
                     + f(gates[b, j] + pi(b, j)) * g(gates[b, 3 * Hs + j])
                 ),
                 name=uname("lstm_c"),
+                materialize=True,
             )
             po = peep(1, lambda b, j: c_new[b, j])
-            h_new = compute((B, Hs), lambda b, j: f(gates[b, Hs + j] + po(b, j)) * h(c_new[b, j]), name=uname("lstm_h"))
+            h_new = compute((B, Hs), lambda b, j: f(gates[b, Hs + j] + po(b, j)) * h(c_new[b, j]), name=uname("lstm_h"),
+                            materialize=True)
             h_state, y = _step_state(h_new, H, order, s, dt)
             c_state, _ = _step_state(c_new, Cprev, order, s, dt)
             steps.append(y)
@@ -314,6 +316,7 @@ def gru(
                 (B, Hs),
                 lambda b, j, z=z, cand=cand, Hc=Hc: (const_like(1, dt) - z(b, j)) * cand(b, j) + z(b, j) * Hc(b, j),
                 name=uname("gru_h"),
+                materialize=True,
             )
             h_state, y = _step_state(h_new, Hc, order, s, dt)
             steps.append(y)
@@ -348,7 +351,8 @@ def rnn(
         for s in range(T):
             xl = lambda _t, b, k, s=s, order=order: xload(order.read(s, b), b, k)  # noqa: E731
             gates = _gates("rnn_gates", xl, 0, W, R, di, H, I, Hs, B, 0, 1, Bias)
-            h_new = compute((B, Hs), lambda b, j, gates=gates: f(gates[b, j]), name=uname("rnn_h"))
+            h_new = compute((B, Hs), lambda b, j, gates=gates: f(gates[b, j]), name=uname("rnn_h"),
+                            materialize=True)
             h_state, y = _step_state(h_new, H, order, s, dt)
             steps.append(y)
             H = lambda b, j, hn=h_state: hn[b, j]  # noqa: E731

@@ -66,7 +66,9 @@ def test_expanded_matches_onnxruntime(case: dict) -> None:
     _check(ember.compile(m, use_cache=False)(**feeds), _ort(m, feeds))
 
 
-@pytest.mark.parametrize("case", [CASES[3], CASES[8], CASES[11]], ids=_ids)
+@pytest.mark.parametrize(
+    "case", [CASES[3], CASES[11], pytest.param(CASES[8], marks=pytest.mark.slow)], ids=_ids
+)
 def test_reference_operators_match_onnxruntime(case: dict) -> None:
     """The unrolled operators of ember.ops.rnn (what runs without the pass), sequence_lens included."""
     m, feeds = rnn_model(**case)
