@@ -87,6 +87,7 @@ class EmberSupport(OperatorSupportBase):
         self.values = values
         self.unsupported: dict[str, int] = {}
         self._memo: dict[torch.fx.Node, bool] = {}
+        self._by_signature: dict[tuple[Any, ...], bool] = {}
 
     def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node) -> bool:
         """True when ember compiles ``node``."""
@@ -108,6 +109,29 @@ class EmberSupport(OperatorSupportBase):
             # A Python value (a size, a tuple item): with the node that produced its input.
             producers = [n for n in node.all_input_nodes if n.op in COMPUTE]
             return all(self.is_node_supported({}, p) for p in producers)
+        sig = self._signature(node)
+        known = self._by_signature.get(sig)
+        if known is not None:  # a repeated layer: decided once
+            return known
+        ok = self._exports(node)
+        self._by_signature[sig] = ok
+        return ok
+
+    def _signature(self, node: torch.fx.Node) -> tuple[Any, ...]:
+        """What decides a node's support: its operation and its arguments, tensors by shape and dtype."""
+        def describe(a: Any) -> Any:
+            if isinstance(a, torch.fx.Node):
+                v = self.values.get(a)
+                return ("t", tuple(v.shape), str(v.dtype)) if isinstance(v, torch.Tensor) else ("v", repr(v))
+            if isinstance(a, (list, tuple)):
+                return tuple(describe(x) for x in a)
+            return repr(a)
+
+        target = type(self.gm.get_submodule(str(node.target))) if node.op == "call_module" else node.target
+        return (node.op, target, describe(node.args), tuple(sorted((k, describe(v)) for k, v in node.kwargs.items())))
+
+    def _exports(self, node: torch.fx.Node) -> bool:
+        """True when ``node`` alone exports to ONNX operators ember implements."""
         module, args = _one_node_module(self.gm, node, self.values)
         if not args:
             return True  # a constant: folded into its consumers
