@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..strategy.base import Strategy, extent, first_tagged
+from ..strategy.base import Strategy, extent
+from ..strategy.cpu_conv import NCHWC_TAGS
 from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
 from ..te.rewrite import post_order
@@ -32,8 +33,9 @@ VECTOR_FEATURES = frozenset({
     "sse4.2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512vnni", "avx512bf16",
     "avx512fp16", "amx-tile", "amx-bf16", "amx-int8", "neon", "sve", "sve2", "dotprod", "fullfp16", "bf16", "i8mm",
 })
-#: The stage tag each strategy's knob space describes (see ``Strategy.space``).
-TUNABLE_TAG = "conv_packed"
+#: The tags of the stages the strategies' knob spaces describe (``Strategy.space``): the packed GEMM
+#: (CPU and GPU) and the CPU's blocked NCHW[x]c convolutions.
+TUNABLE_TAGS = ("conv_packed", *NCHWC_TAGS)
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,11 @@ def target_key(target: Target | str) -> TargetKey:
 # -- workloads ---------------------------------------------------------------------------------------
 def anchor_op(outs: Sequence[Tensor]) -> ComputeOp | None:
     """The tunable stage of the kernel computing ``outs`` (the one its strategy's space
-    describes: the first packed GEMM), or None."""
-    return first_tagged(outs, TUNABLE_TAG)
+    describes: the first, producers first, with a tag of :data:`TUNABLE_TAGS`), or None."""
+    for op in post_order([o.op for o in outs]):
+        if isinstance(op, ComputeOp) and op.tag in TUNABLE_TAGS:
+            return op
+    return None
 
 
 def _jsonable(v: Any) -> Any:

@@ -10,6 +10,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 import ember
 from ember.tune import TuningDB, best_config, target_key
@@ -79,3 +80,29 @@ def test_ctrl_c_keeps_measurements_and_rerun_resumes(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "4 new trial(s)" in again.stdout
     assert _count(db) == first + 4
+
+
+def _conv_model(rng) -> bytes:
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(rng.standard_normal((20, 8, 3, 3)).astype("float32"), "w")
+    b = numpy_helper.from_array(rng.standard_normal(20).astype("float32"), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 13, 11])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, 13, 11])], [w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def test_tune_convolution_then_compile_matches_onnxruntime(tmp_path, rng):
+    """Whatever template the CPU strategy gives a convolution (packed GEMM or blocked NCHW[x]c),
+    its knobs are tuned and the records applied; the result is checked against ONNX Runtime."""
+    ort = pytest.importorskip("onnxruntime", reason="ONNX Runtime is the reference of this test")
+    model = _conv_model(rng)
+    db = tmp_path / "t.db"
+    result = ember.tune(model, "llvm", trials=6, db=db, quiet=True, repeats=2, batch=6)
+    assert len(result.tasks) == 1 and result.tasks[0].best_seconds
+    x = rng.standard_normal((1, 8, 13, 11)).astype("float32")
+    (y,) = ember.compile(model, "llvm", tuning_db=db)(x)
+    (ref,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
