@@ -231,6 +231,7 @@ def compile(
         return _with_graphs(compile_model(model, target, fuse, verbose, precision == "tf32", configs), cuda_graphs,
                             dev)
     from .frontend.control_flow import NeedsCallInputs
+    from .frontend.host_scan import NeedsHostStages
     from .frontend.onnx import SymbolicShapes, import_onnx
     from .specialize import StructureSpecializer
 
@@ -260,6 +261,14 @@ def compile(
             "tf32" if tf32 else "float32"))
         per_shape.source = source
         return _with_graphs(per_shape, cuda_graphs, dev)
+    except NeedsHostStages as exc:  # text, random draws, NonMaxSuppression: host stages around a compiled part
+        from .host_stages import host_model
+
+        mid = "tf32" if tf32 else "float32"  # (a float16 model is rewritten already)
+        hosted = host_model(exc.model, str(Target(target)),
+                            lambda b, shapes: compile(b, target, shapes, fuse, verbose, use_cache, cuda_graphs, mid),
+                            lambda g: compile_model(g, target, fuse, verbose, tf32))
+        return _with_graphs(hosted, cuda_graphs, dev)
     t0 = time.perf_counter()
     compiled = compile_model(graph, target, fuse, verbose, tf32, configs)
     compiled.source = _source_of(model, target, input_shapes, fuse, precision)

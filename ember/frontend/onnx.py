@@ -30,6 +30,8 @@ from ..graph.ir import Graph, Node, TensorInfo
 from ..graph.validate import validate_graph
 from ..ops.elemwise import ONNX_DTYPES
 from ..ops.registry import lookup
+from .functions import expand_functions
+from .host_scan import check_host_stages
 from .validate import op_key, validate_model
 
 MIN_OPSET = 1
@@ -222,7 +224,8 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     model that was validated whole, as the control-flow rewrite imports)."""
     m = load_model(model)
     if validate:
-        m = validate_model(m, input_shapes)
+        m = validate_model(expand_functions(m), input_shapes)  # (operators ONNX defines as functions: inlined)
+        check_host_stages(m)  # strings, random draws, NonMaxSuppression: ember.host_stages runs those
     _check_symbolic(m, input_shapes)
     from .control_flow import expand_control_flow  # If/Loop/Scan, sequences, optionals: unrolled
 

@@ -300,6 +300,7 @@ def _sorted_copy(m: Any, order: list[int]) -> Any:
 def _check_operators(m: Any) -> None:
     from ..ops.registry import lookup
     from .control_flow import CONTROL_OPS
+    from .host_scan import ALWAYS_HOST
 
     unsupported: dict[str, int] = {}
 
@@ -307,7 +308,8 @@ def _check_operators(m: Any) -> None:
         for n in g.node:
             key = op_key(n)
             control = n.domain in ("", "ai.onnx") and n.op_type in CONTROL_OPS
-            if not control and lookup(key) is None:
+            host = n.domain in ("", "ai.onnx", "ai.onnx.ml") and n.op_type in ALWAYS_HOST  # ember.host_stages
+            if not control and not host and lookup(key) is None:
                 unsupported[key] = unsupported.get(key, 0) + 1
             for _, sub in _subgraphs(n):
                 scan(sub)
