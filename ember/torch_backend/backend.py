@@ -135,12 +135,11 @@ class CompiledGraph:
         if len(model.output_names) != n_out:
             raise FrontendError(f"the exported graph has {len(model.output_names)} outputs, the FX graph {n_out}")
         runner = TorchRunner(model)
-        key = self._key(args)
-        self.variants[key] = runner
-        self.compiles += 1
         with self._lock:
+            self.variants[self._key(args)] = runner
+            self.compiles += 1
             while len(self.variants) > self.options.max_variants:
-                self.variants.popitem(last=False)
+                self.variants.popitem(last=False)  # the least recently used
         return runner
 
     def _refreeze(self, args: tuple[Any, ...]) -> None:
@@ -155,7 +154,7 @@ class CompiledGraph:
 
     @property
     def model(self) -> Any:
-        """The ember model of the most recently compiled shape."""
+        """The ember model of the most recently used shape."""
         return next(reversed(self.variants.values())).model
 
     def __call__(self, *args: Any) -> Any:
@@ -184,7 +183,7 @@ class CompiledGraph:
         return tuple(outs) if self._tuple_out else outs[0]
 
 
-class _EagerFallbackModule(torch.nn.Module):
+class _EmberSubmodule(torch.nn.Module):
     """A compiled submodule of a split graph (called from the graph's eager code)."""
 
     def __init__(self, compiled: CompiledGraph):
@@ -244,7 +243,7 @@ def _split_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], inputs: Gr
         except (EmberError, *EXPORT_ERRORS) as exc:
             failed.append(f"{node.target} ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
             continue
-        setattr(fused, str(node.target), _EagerFallbackModule(compiled))
+        setattr(fused, str(node.target), _EmberSubmodule(compiled))
     fused.recompile()
     listed = ", ".join(f"{k} ({v})" for k, v in sorted(unsupported.items())) or "none"
     msg = (f"ember compiles this graph in parts and runs the rest eagerly in PyTorch. Operators ember cannot "
