@@ -18,7 +18,8 @@ all zero-padded, so the padding output channels come out zero (the invariant
 Both take the ONNX ``Conv`` attributes (``pads`` or ``auto_pad``, ``strides``, ``dilations``)
 and read the vector width from the tensors' shapes, so the same definition serves AVX-512
 (``b = 16``), AVX2 (8) and NEON (4). The padded input is a stage of its own (``tag ==
-"nchwc_pad"``, flagged ``workspace``) so the product reads it without bounds tests; the product
+"nchwc_pad"``, flagged ``workspace``) so the product reads it without bounds tests (a strided
+depthwise convolution tests its taps instead: the copy would cost more than it saves); the product
 is tagged ``"conv_nchwc"`` / ``"dwconv_nchwc"`` for the CPU strategy's register-blocked
 schedules (:mod:`ember.strategy.cpu_conv`).
 """
@@ -107,12 +108,24 @@ def depthwise_conv_nchwc(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None 
     if b is not None and shape(b) != (sx[1], sx[4]):
         raise ctx.fail(f"B has shape {shape(b)}; the blocked bias is [CB, b] = {(sx[1], sx[4])}")
     strides, dil, lo, hi, (oh_, ow_) = _geometry(ctx, x, (sw[2], sw[3]))
-    xp = _padded(x, lo, hi)
     rr = te.reduce_axis((0, sw[2]), name="rr")
     rq = te.reduce_axis((0, sw[3]), name="rq")
+    h, wd, dt = sx[2], sx[3], dtype_of(x)
+    # Strided: the taps read the input directly and a tap outside the image reads zero (the
+    # padded copy of an input four times the output's size cost more than the convolution:
+    # 569 -> 265 us for 96 channels at 112x112, stride 2, one thread). Stride 1: the padded
+    # copy (guarded taps measured 2.4x slower there).
+    direct = min(strides) > 1 and (any(lo) or any(hi))
+    xp = x if direct else _padded(x, lo, hi)
 
     def body(n: Any, c: Any, i: Any, j: Any, k: Any) -> Any:
-        v = xp[n, c, i * strides[0] + rr.var * dil[0], j * strides[1] + rq.var * dil[1], k]
+        ih = i * strides[0] + rr.var * dil[0]
+        iw = j * strides[1] + rq.var * dil[1]
+        if not direct:
+            return te.sum(xp[n, c, ih, iw, k] * w[c, 0, rr.var, rq.var, k], axis=[rr, rq])
+        ih, iw = ih - lo[0], iw - lo[1]
+        ok = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < wd)
+        v = te.if_then_else(ok, x[n, c, ih, iw, k], const_like(0, dt))
         return te.sum(v * w[c, 0, rr.var, rq.var, k], axis=[rr, rq])
 
     attrs = {"strides": strides, "dilations": dil, "pads": (lo, hi)}
