@@ -93,6 +93,10 @@ def records_chooser(tuning_db: str | os.PathLike[str] | bool | None, target: str
         return None
     tgt = backend_for(target).resolve(Target(target))
     key = target_key(tgt)
-    with TuningDB(path) as db:
-        best = db.best_by_workload(key)
+    try:
+        with TuningDB(path, check=False) as db:
+            best = db.best_by_workload(key)
+    except TuningError as exc:  # damaged after opening: compile without records rather than fail
+        warnings.warn(f"ember: tuning records not applied: {exc}", RuntimeWarning, stacklevel=3)
+        return None
     return RecordsChooser(best, key) if best else None

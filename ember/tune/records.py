@@ -131,10 +131,13 @@ class Record:
 
 class TuningDB:
     """The records database at ``path`` (default :func:`default_db_path`), created when missing
-    (see the module docstring for what it guarantees). Usable as a context manager."""
+    (see the module docstring for what it guarantees). ``check`` runs SQLite's integrity check on
+    opening (a scan of the file; ``ember.compile`` reading records skips it, and a damaged page
+    it meets later is a :class:`TuningError`). Usable as a context manager."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None):
+    def __init__(self, path: str | os.PathLike[str] | None = None, check: bool = True):
         self.path = Path(path).expanduser() if path is not None else default_db_path()
+        self.check = check
         self._conn: sqlite3.Connection | None = None
         self._open()
 
@@ -154,9 +157,10 @@ class TuningDB:
         row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if row is None or row[0] != SCHEMA:
             return f"its schema is {row[0] if row else 'missing'!r}, not {SCHEMA!r}"
-        check = conn.execute("PRAGMA quick_check").fetchone()
-        if not check or check[0] != "ok":
-            return f"SQLite's integrity check failed ({check[0] if check else 'no answer'})"
+        if self.check:
+            check = conn.execute("PRAGMA quick_check").fetchone()
+            if not check or check[0] != "ok":
+                return f"SQLite's integrity check failed ({check[0] if check else 'no answer'})"
         return None
 
     def _open(self) -> None:
@@ -214,6 +218,9 @@ class TuningDB:
                     raise TuningError(f"tuning database {self.path}: {exc}") from exc
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
+            except sqlite3.DatabaseError as exc:  # a damaged page met after opening
+                raise TuningError(f"tuning database {self.path} is damaged ({exc}); open it with "
+                                  "ember.tune.TuningDB(path) to move it aside") from exc
         return None
 
     @property

@@ -159,3 +159,17 @@ def test_compile_applies_records_of_this_target_only(tmp_path):
     with pytest.warns(RuntimeWarning, match="does not fit"):
         got = chooser(outs[:n_out], outs[n_out:], strategy_for("llvm"))
     assert got == cfg and chooser.applied == 1
+
+
+def test_compile_with_a_corrupt_database_warns_and_compiles(tmp_path, rng):
+    import numpy as np
+
+    from .conftest import matmul_model, reference
+
+    path = tmp_path / "t.db"
+    path.write_bytes(b"\x00garbage" * 512)
+    model = matmul_model(12, 10, 9)
+    with pytest.warns(RuntimeWarning, match="unusable"):
+        compiled = ember.compile(model, "llvm", tuning_db=path)
+    x = rng.standard_normal((12, 10)).astype("float32")
+    np.testing.assert_allclose(compiled(x)[0], reference(model, x), rtol=1e-5, atol=1e-5)
