@@ -136,14 +136,23 @@ def _model_schedule(strategy: Strategy, outs: list[Tensor]) -> Callable[[ConfigE
 
 def load_graph(model: Any, input_shapes: dict[str, Sequence[int]] | None = None) -> Any:
     """An ember graph from ``model``: an ONNX path, bytes or ModelProto, or a Graph."""
-    from ..frontend.onnx import import_onnx
+    from ..frontend.control_flow import NeedsCallInputs
+    from ..frontend.onnx import SymbolicShapes, import_onnx
     from ..graph.ir import Graph
 
     if isinstance(model, Graph):
         return model
     if isinstance(model, (str, os.PathLike)) and not os.path.exists(model):
         raise TuningError(f"model {str(model)!r}: no such file")
-    return import_onnx(model, input_shapes)
+    try:
+        return import_onnx(model, input_shapes)
+    except SymbolicShapes as exc:
+        free = [f"{name}={list(dims)}" for name, dims, _ in exc.inputs if not all(isinstance(d, int) for d in dims)]
+        raise TuningError(f"the model's inputs have dimensions known only at call time ({', '.join(free)}); tune "
+                          "it at the shapes it will run with: --input-shape NAME=D0,D1,... (input_shapes=)") from exc
+    except NeedsCallInputs as exc:
+        raise TuningError(f"the model has sequence/optional inputs or value-dependent loops ({exc}); ember tunes "
+                          "models with tensor inputs of fixed shapes") from exc
 
 
 def extract_tasks(model: Any, target: str | Target, input_shapes: dict[str, Sequence[int]] | None = None,
@@ -153,6 +162,7 @@ def extract_tasks(model: Any, target: str | Target, input_shapes: dict[str, Sequ
     from ..graph.alter_layout import AlterLayout
     from ..graph.passes import Fuse, default_graph_pipeline
     from ..model.group_lowering import lower_groups
+    from ..ops.registry import NeedValue
 
     tgt = backend_for(target).resolve(Target(target))
     graph = load_graph(model, input_shapes)
@@ -162,7 +172,11 @@ def extract_tasks(model: Any, target: str | Target, input_shapes: dict[str, Sequ
         g = default_graph_pipeline(None)(AlterLayout(policy)(g))
     groups = Fuse(enabled=fuse)(g).groups
     collector = _Collector(str(tgt))
-    lower_groups(g, groups, None, gpu=tgt.is_gpu, target=tgt, configs=collector)
+    try:
+        lower_groups(g, groups, None, gpu=tgt.is_gpu, target=tgt, configs=collector)
+    except NeedValue as exc:
+        raise TuningError(f"the model computes a shape from an input's value ({exc}); ember tunes models whose "
+                          "shapes are fixed at compile time") from exc
     return sorted(collector.tasks.values(), key=lambda t: -t.weight * t.flops)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import ember
@@ -85,3 +86,17 @@ def test_rocm_without_a_gpu_builds_and_says_measuring_needs_the_device(tmp_path)
     assert any("measuring needs the device" in n for n in result.notes)
     with ember.tune.TuningDB(tmp_path / "t.db") as db:
         assert len(db) == 0  # nothing measured, nothing recorded
+
+
+def test_symbolic_input_dimensions_need_input_shapes():
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((24, 40), "float32"), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 24])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 40])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.raises(ember.TuningError, match=r"x=\['batch', 24\].*--input-shape"):
+        extract_tasks(model, "llvm")
+    (task,) = extract_tasks(model, "llvm", input_shapes={"x": [50, 24]})
+    assert json.loads(task.workload)["out"][0][1] == 50
