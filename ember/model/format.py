@@ -15,10 +15,12 @@ A saved model is a zip archive holding:
 
 A model with symbolic input dimensions (:mod:`ember.model.dynamic`) is saved instead as
 ``dynamic.json`` (the declared inputs — sizes and symbol names —, input and output names, the
-target, ``max_variants`` and, per compiled variant, its input shapes and member name), its
-``source/`` members (what compiles a variant for a new shape after loading) and
-``variants/<k>.ember``: each variant a complete saved model of the format above, loaded through
-the same checks (and checked against the declared dimensions).
+target, ``max_variants`` and, per compiled variant, its input shapes, member name and which of
+its constants are shared), its ``source/`` members (what compiles a variant for a new shape after
+loading), ``shared.npz`` (constants two or more variants share, stored once) and
+``variants/<k>.ember``: each variant a saved model of the format above without its shared
+constants, loaded through the same checks with them given back (and checked against the
+declared dimensions).
 
 Loading runs no code from the file: no pickle, no ``eval``, no ``dlopen``; the module's parts go
 through the backend's checking loader. A file that is not what ember writes raises
@@ -53,26 +55,33 @@ def save_model(model: Model, path: str | os.PathLike[str], include_source: bool 
     With ``include_source`` the ONNX model it was compiled from is embedded (when known), for
     ``ember.load(path, rebuild=True)``; the model cache leaves it out (the cache key already
     names the source, and hashing it twice more doubled the time of a cache hit)."""
-    from ..backends import backend_for
     from .dynamic import ShapeSpecializer
 
     path = os.fspath(path)
     if isinstance(model._specializer, ShapeSpecializer):
         _write(path, _per_shape_members(model, model._specializer))
         return
-    program = model.program
-    members: dict[str, bytes] = {}
-    buf = io.BytesIO()
-    np.savez(buf, **{f"c{k}": v for k, v in enumerate(program.consts.values())})
-    names = {f"c{k}": n for k, n in enumerate(program.consts)}
-    members["plan.json"] = json.dumps(dict(program.plan, const_names=names)).encode()
-    members["weights.npz"] = buf.getvalue()
-    if program.module is not None:
-        for name, data in backend_for(program.target).serialize(program.module).items():
-            members[f"module/{name}"] = data
+    members = _static_members(model.program)
     if include_source:
         members.update(_source_members(model))
     _write(path, members)
+
+
+def _static_members(program: Program, leave_out: frozenset[str] = frozenset()) -> dict[str, bytes]:
+    """The plan, weights and module members of a static program; the constants named in
+    ``leave_out`` are not stored (a model with symbolic dimensions stores them once for all its
+    variants, and gives them back when loading)."""
+    from ..backends import backend_for
+
+    kept = [(n, v) for n, v in program.consts.items() if n not in leave_out]
+    buf = io.BytesIO()
+    np.savez(buf, **{f"c{k}": v for k, (_, v) in enumerate(kept)})
+    names = {f"c{k}": n for k, (n, _) in enumerate(kept)}
+    members = {"plan.json": json.dumps(dict(program.plan, const_names=names)).encode(), "weights.npz": buf.getvalue()}
+    if program.module is not None:
+        for name, data in backend_for(program.target).serialize(program.module).items():
+            members[f"module/{name}"] = data
+    return members
 
 
 def _source_members(model: Model) -> dict[str, bytes]:
@@ -84,20 +93,36 @@ def _source_members(model: Model) -> dict[str, bytes]:
 
 
 def _per_shape_members(model: Model, spec: Any) -> dict[str, bytes]:
-    """The members of a model with symbolic dimensions: ``dynamic.json``, its source and each
-    static variant as a saved model of its own (variants specialised further, per input value
-    or structure, are not stored: they compile again after loading)."""
+    """The members of a model with symbolic dimensions: ``dynamic.json``, its source, the
+    constants two or more variants share (one array in memory: the weights, usually) once in
+    ``shared.npz``, and each static variant as a saved model of its own holding the rest
+    (variants specialised further, per input value or structure, are not stored: they compile
+    again after loading)."""
+    kept = [(shapes, v) for shapes, v in spec.kept() if v.is_static]
+    users: dict[int, int] = {}
+    for _, v in kept:
+        for arr in v.program.consts.values():
+            users[id(arr)] = users.get(id(arr), 0) + 1
+    shared: dict[int, tuple[str, np.ndarray]] = {}
+    for _, v in kept:
+        for arr in v.program.consts.values():
+            if users[id(arr)] > 1 and id(arr) not in shared:
+                shared[id(arr)] = (f"s{len(shared)}", arr)
     members: dict[str, bytes] = {}
     variants = []
-    for k, (shapes, variant) in enumerate(spec.kept()):
-        if not variant.is_static:
-            continue
+    for k, (shapes, variant) in enumerate(kept):
+        from_shared = {n: shared[id(a)][0] for n, a in variant.program.consts.items() if id(a) in shared}
         with tempfile.TemporaryDirectory() as tmp:
             vpath = os.path.join(tmp, "variant.ember")
-            save_model(variant, vpath, include_source=False)
+            _write(vpath, _static_members(variant.program, frozenset(from_shared)))
             with open(vpath, "rb") as f:
                 members[f"variants/{k}.ember"] = f.read()
-        variants.append({"shapes": {n: list(s) for n, s in shapes.items()}, "member": f"variants/{k}.ember"})
+        variants.append({"shapes": {n: list(s) for n, s in shapes.items()}, "member": f"variants/{k}.ember",
+                         "shared": from_shared})
+    if shared:
+        buf = io.BytesIO()
+        np.savez(buf, **dict(shared.values()))
+        members["shared.npz"] = buf.getvalue()
     members["dynamic.json"] = json.dumps({
         "inputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in spec.declared],
         "input_names": spec.input_names, "output_names": spec.output_names, "target": spec.target,
@@ -157,11 +182,14 @@ def read_members(path: str, data: bytes | None = None) -> tuple[dict[str, Any], 
     return manifest, members
 
 
-def load_model(path: str | os.PathLike[str], data: bytes | None = None, static_only: bool = False) -> Model:
+def load_model(path: str | os.PathLike[str], data: bytes | None = None, static_only: bool = False,
+               shared: dict[str, np.ndarray] | None = None) -> Model:
     """Load a model written by :func:`save_model` from the file ``path`` (or from ``data``, the
     file's bytes, ``path`` then only naming it in messages); no compiler runs and nothing in the
     file executes (``ember.load(path, rebuild=True)`` compiles the embedded source instead).
-    ``static_only`` refuses a model with symbolic dimensions (a variant inside one)."""
+    ``static_only`` refuses a model with symbolic dimensions (a variant inside one); ``shared``
+    gives constants stored outside the file (a variant's, kept once by the model holding it),
+    checked against the plan with the rest."""
     from ..backends import backend_for
 
     path = os.fspath(path)
@@ -171,6 +199,10 @@ def load_model(path: str | os.PathLike[str], data: bytes | None = None, static_o
             raise ModelFormatError(f"{path}: a variant must be a fixed-shape model")
         return _load_per_shape(members, path)
     plan, consts = _plan_and_weights(members, path)
+    if shared:
+        if set(shared) & set(consts):
+            raise ModelFormatError(f"{path}: constants {sorted(set(shared) & set(consts))[:5]} are stored twice")
+        consts.update(shared)
     from .plan_check import check_plan, check_plan_module
 
     check_plan(plan, consts, path)
@@ -222,9 +254,12 @@ def _load_per_shape(members: dict[str, bytes], path: str) -> Model:
         specs.append(TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]))
     spec = ShapeSpecializer(specs, desc["input_names"], desc["output_names"], desc["target"], None,
                             max(desc["max_variants"], len(desc["variants"]), 1))
+    pool = _shared_weights(members, path)
     for k, v in enumerate(desc["variants"]):
         if not isinstance(v, dict) or not isinstance(v.get("member"), str) or v["member"] not in members \
-                or not v["member"].startswith("variants/") or not isinstance(v.get("shapes"), dict):
+                or not v["member"].startswith("variants/") or not isinstance(v.get("shapes"), dict) \
+                or not isinstance(v.get("shared", {}), dict) \
+                or not all(isinstance(n, str) and key in pool for n, key in v.get("shared", {}).items()):
             raise bad
         name = f"{path} (variant {k})"
         try:
@@ -232,7 +267,8 @@ def _load_per_shape(members: dict[str, bytes], path: str) -> Model:
             check_shapes(specs, shapes)
         except (KeyError, TypeError, ValueError, ArgumentError) as exc:
             raise ModelFormatError(f"{name}: its input shapes do not fit the declared dimensions ({exc})") from exc
-        variant = load_model(name, data=members[v["member"]], static_only=True)
+        variant = load_model(name, data=members[v["member"]], static_only=True,
+                             shared={n: pool[key] for n, key in v.get("shared", {}).items()})
         got = {s.name: tuple(int(d) for d in s.shape) for s in variant.inputs}
         if variant.target != spec.target or any(got.get(n) != shp for n, shp in shapes.items()):
             raise ModelFormatError(f"{name}: the compiled model takes {got} on {variant.target!r}, "
@@ -243,6 +279,20 @@ def _load_per_shape(members: dict[str, bytes], path: str) -> Model:
     if "source/model.onnx" in members:
         source = {"onnx": members["source/model.onnx"], "options": _options(members, path)}
     return Model(specializer=spec, source=source)
+
+
+def _shared_weights(members: dict[str, bytes], path: str) -> dict[str, np.ndarray]:
+    """The constants the variants of a model with symbolic dimensions share (``shared.npz``,
+    plain arrays only), by key."""
+    if "shared.npz" not in members:
+        return {}
+    try:
+        with np.load(io.BytesIO(members["shared.npz"]), allow_pickle=False) as weights:
+            return {key: np.array(weights[key]) for key in weights.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError, TypeError) as exc:
+        raise ModelFormatError(f"{path}: shared.npz is unreadable ({exc})") from exc
+    except MemoryError as exc:
+        raise ModelFormatError(f"{path}: the shared weights do not fit in memory") from exc
 
 
 def _names(x: Any) -> bool:

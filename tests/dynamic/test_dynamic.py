@@ -136,6 +136,10 @@ def test_save_and_load_keep_the_dynamic_dimensions(rng, tmp_path) -> None:
     model(**given(1, 7))
     path = tmp_path / "dyn.ember"
     model.save(path)
+    with zipfile.ZipFile(path) as z:  # the weights both variants hold are stored once
+        assert "shared.npz" in z.namelist()
+        desc = json.loads(z.read("dynamic.json"))
+    assert all(v["shared"] for v in desc["variants"])
     loaded = ember.load(path)
     assert [s.shape for s in loaded.inputs] == [("batch", "seq", 8), ("batch", "seq")]
     assert loaded.variants == model.variants
@@ -170,6 +174,7 @@ def _rewrite(path, out, edit) -> None:
 def test_saved_dynamic_models_are_checked_on_loading(rng, tmp_path) -> None:
     model = ember.compile(graphs.conv_matmul_reshape(rng))
     model(rng.standard_normal((1, 3, 4, 5)).astype(np.float32))
+    model(rng.standard_normal((2, 3, 4, 5)).astype(np.float32))
     path = tmp_path / "dyn.ember"
     model.save(path)
 
@@ -189,8 +194,25 @@ def test_saved_dynamic_models_are_checked_on_loading(rng, tmp_path) -> None:
     def nested(members):  # a variant that is itself a dynamic model
         members["variants/0.ember"] = path.read_bytes()
 
+    def unknown_shared_key(members):
+        desc = json.loads(members["dynamic.json"])
+        name = next(iter(desc["variants"][0]["shared"]))
+        desc["variants"][0]["shared"][name] = "s999"
+        members["dynamic.json"] = json.dumps(desc).encode()
+
+    def shared_of_wrong_shape(members):
+        import io
+
+        with np.load(io.BytesIO(members["shared.npz"])) as w:
+            arrays = {k: w[k] for k in w.files}
+        arrays = {k: np.zeros(v.size + 1, v.dtype) for k, v in arrays.items()}
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        members["shared.npz"] = buf.getvalue()
+
     for edit, message in [(lie_about_shapes, "dynamic.json says"), (bad_fixed_dim, "do not fit the declared"),
-                          (not_json, "dynamic.json is unreadable"), (nested, "must be a fixed-shape model")]:
+                          (not_json, "dynamic.json is unreadable"), (nested, "must be a fixed-shape model"),
+                          (unknown_shared_key, "not what ember writes"), (shared_of_wrong_shape, "variant 0")]:
         out = tmp_path / f"{edit.__name__}.ember"
         _rewrite(path, out, edit)
         with pytest.raises(ModelFormatError, match=message):
