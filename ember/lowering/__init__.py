@@ -1,6 +1,6 @@
 """Passes from a schedule to loop IR: schedule lowering, flattening, simplification, loops."""
 
-from .api import lower
+from .api import LoweringMemo, lower
 from .flatten import flatten_storage
 from .loops import unroll_loops, vectorize_loops
 from .passes import (
@@ -17,6 +17,7 @@ from .stmt_simplify import simplify_stmt
 
 __all__ = [
     "FlattenStorage",
+    "LoweringMemo",
     "PartitionLoops",
     "ScheduleToStmt",
     "Simplify",

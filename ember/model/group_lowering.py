@@ -61,10 +61,11 @@ def lower_groups(
     ``target``, ``gpu`` picks the GPU strategy (of ``cuda``) or the host CPU's. ``tf32`` lets
     the GPU strategy run float32 products on TF32 tensor cores. ``configs`` chooses each kernel's
     knob setting (None: every kernel gets its strategy's default schedule)."""
-    from ..lowering import lower
+    from ..lowering import LoweringMemo, lower
 
     strategy = _strategy(target, gpu, tf32)
     funcs, steps = [], []
+    memo = LoweringMemo()  # repeated layers are lowered once
     for k, gr in enumerate(groups):
         if _group_is_view(gr, graph):
             steps.append({"kind": "view", "src": gr.nodes[0].inputs[0], "dst": gr.outputs[0], **_node_info(gr)})
@@ -111,7 +112,7 @@ def lower_groups(
         s = strategy.schedule_group(fixed + work, config=configs(fixed, work, strategy) if configs else None)
         used = {id(st.op) for st in s.stages}
         ins = [(name, t) for name, t in zip(gr_inputs, params) if id(t.op) in used]
-        funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname, target=strategy.target))
+        funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname, target=strategy.target, memo=memo))
         outs_all = list(gr.outputs) + work_names
         steps.append({"kind": "kernel", "func": fname, "args": [n for n, _ in ins] + outs_all, "nout": len(outs_all),
                       **_node_info(gr), "cost": _cost_json(funcs[-1])})
