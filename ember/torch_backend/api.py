@@ -10,6 +10,7 @@ as in eager mode.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -91,4 +92,8 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any] | Any, tar
         if isinstance(inner, EmberError):
             raise inner from None
         raise
+    if not compiled.graphs:
+        warnings.warn("ember.from_torch: TorchDynamo captured no graph of this module, so it runs eagerly in "
+                      "PyTorch (Dynamo skips nn.LSTM/GRU/RNN unless torch._dynamo.config.allow_rnn = True)",
+                      RuntimeWarning, stacklevel=2)
     return compiled

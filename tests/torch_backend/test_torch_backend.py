@@ -119,6 +119,30 @@ def test_weights_changed_in_place_are_compiled_again():
         close(got, net(x))
 
 
+def test_recurrent_layers_compile_when_dynamo_captures_them():
+    class Seq(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(6, 10, batch_first=True)
+            self.att = torch.nn.MultiheadAttention(10, 2, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h, _ = self.lstm(x)
+            return self.att(h, h, h)[0].mean(1)
+
+    torch.manual_seed(8)
+    net = Seq().eval()
+    x = torch.randn(3, 5, 6)
+    with pytest.warns(RuntimeWarning, match="captured no graph.*allow_rnn"):
+        from_torch(net, x)  # Dynamo's default: RNN modules are not traced
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(allow_rnn=True):
+        m = from_torch(net, x)
+        assert isinstance(m.model, ember.Model)  # LSTM and attention in one ember model
+        with torch.no_grad():
+            close(m(x), net(x))
+
+
 def test_fallback_off_raises():
     class Inv(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
