@@ -1,26 +1,24 @@
-"""Models with host operators: string tensors, text features and detection post-processing run in
-NumPy on the host, before and after the compiled part of the model.
+"""Models with host operators: string tensors, text features, random draws, detection
+post-processing and image decoding run in NumPy on the host, around compiled parts of the model.
 
-ONNX models that read or write text (``StringNormalizer``, ``StringSplit``, ``StringConcat``,
+Operators that read or write text (``StringNormalizer``, ``StringSplit``, ``StringConcat``,
 ``RegexFullMatch``, ``Equal`` and ``LabelEncoder`` on strings, ``TfIdfVectorizer``), whose
-output length only the data decide (``NonMaxSuppression``, ``ImageDecoder``) or that draw random numbers
-(``RandomUniform``/``Normal``[``Like``], ``Bernoulli``, ``Multinomial``, ``Dropout`` in training
-mode: :mod:`ember.ops.random`) keep those operators at their ends: text is turned into numbers
-first, and numbers into labels or kept boxes last. ember splits such a model into three stages:
+output size only the data decide (``NonMaxSuppression``, ``ImageDecoder``) or that draw random
+numbers (``RandomUniform``/``Normal``[``Like``], ``Bernoulli``, ``Multinomial``, ``Dropout`` in
+training mode: :mod:`ember.ops.random`) run on the host. ember cuts such a model into
+alternating **stages**: host stages (those operators, in NumPy: :mod:`ember.ops.strings`,
+:mod:`ember.ops.nms`, :mod:`ember.ops.image_decoder`, :mod:`ember.ops.random`) and compiled
+stages (the other operators between them, each an ONNX model of its own compiled by ember once
+per distinct shapes and dtypes of its inputs, since a host stage's outputs can change size from
+call to call). Each node goes to the earliest stage of its kind after the stages of the values it
+reads, so a text model is usually host → compiled → host (tokens to numbers, the network, labels)
+and a detector compiled → host → compiled (network, box selection, gathering the kept boxes).
 
-* a **host prefix**: the host operators that depend on no compiled operator, run in NumPy on
-  each call (:mod:`ember.ops.strings`, :mod:`ember.ops.nms`);
-* the **compiled middle**: every other operator, as an ONNX model of its own compiled by ember
-  (once per distinct shapes and dtypes of its inputs, since a prefix's outputs can change size
-  from call to call);
-* a **host suffix**: the host operators that read compiled results, run in NumPy after them.
-
-A host operator between two compiled ones (a compiled operator reading a suffix result) is a
-:class:`~ember.errors.GraphError` naming it. :class:`HostStages` answers the model's
-``program_for`` (see :class:`ember.model.model.Specializer`): it runs the prefix, returns the
-middle's program with its inputs, and a function that runs the suffix on the program's outputs.
-A string tensor is a NumPy ``object`` array of ``str``; a model with host stages cannot be saved
-(it is compiled per call shape), like other specialised models.
+:class:`HostStages` answers the model's ``program_for`` (see
+:class:`ember.model.model.Specializer`): it runs the stages before the last compiled one, returns
+that stage's program with its inputs, and a function that runs the stages after it on the
+program's outputs. A string tensor is a NumPy ``object`` array of ``str``; a model with host
+stages cannot be saved (it is compiled per call shape), like other specialised models.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentError, GraphError, UnsupportedOpError
+from .errors import ArgumentError, UnsupportedOpError
 from .frontend.host_scan import training_dropout
 from .graph.ir import Graph
 from .model.model import Model
@@ -148,68 +146,72 @@ def _kernel_for(node: Any, strings: set[str], inits: dict[str, Any]) -> HostKern
 
 
 @dataclass
-class Split:
-    """A model cut into host prefix, compiled middle (ONNX nodes) and host suffix."""
+class Stage:
+    """One stage: host operators (run in NumPy) or compiled operators (ONNX nodes compiled as a
+    model of their own), with the values it reads from earlier stages and those later stages or
+    the graph outputs read from it (compiled stages only)."""
 
-    prefix: list[HostNode]
-    middle: list[Any]
-    suffix: list[HostNode]
-    middle_inputs: list[str]
-    middle_outputs: list[str]
+    host: list[HostNode]
+    nodes: list[Any]
+    inputs: list[str]
+    outputs: list[str]
+
+    @property
+    def compiled(self) -> bool:
+        """True for a stage of compiled operators."""
+        return bool(self.nodes)
 
 
-def split_model(proto: Any) -> Split:
-    """Cut ``proto``'s main graph (nodes in topological order, as ONNX requires) into stages.
-    Raises GraphError for a host operator that a compiled operator reads (see the module doc)."""
+def split_model(proto: Any) -> list[Stage]:
+    """Cut ``proto``'s main graph (nodes in topological order, as ONNX requires) into alternating
+    host and compiled stages: each node goes to the earliest stage of its kind after the stages
+    of the nodes it reads (stage 0 and every even stage: host; odd stages: compiled)."""
     strings = _string_values(proto)
     g = proto.graph
     init_protos = {t.name: t for t in g.initializer}
-    inits = set(init_protos)
-    compiled_derived: set[str] = set()  # values computed by, or from, a compiled operator
-    prefix: list[HostNode] = []
-    suffix: list[HostNode] = []
-    middle: list[Any] = []
-    suffix_out: dict[str, str] = {}
+    stage_of: dict[str, int] = {}  # value -> stage that computes it (graph inputs, initializers: none)
+    placed: list[tuple[int, Any, HostKernel | None]] = []
     for node in g.node:
         kernel = _kernel_for(node, strings, init_protos)
-        ins = [i for i in node.input if i]
+        parity = 0 if kernel is not None else 1
+        k = parity
+        for i in node.input:
+            if i in stage_of:
+                p = stage_of[i]
+                k = max(k, p if p % 2 == parity else p + 1)
+        placed.append((k, node, kernel))
+        stage_of.update({o: k for o in node.output if o})
+    count = max((k for k, _, _ in placed), default=0) + 1
+    stages = [Stage([], [], [], []) for _ in range(count)]
+    for k, node, kernel in placed:
         if kernel is None:
-            for i in ins:
-                if i in suffix_out:
-                    raise GraphError(
-                        f"{node.op_type} node {node.name!r} reads {i!r} from host operator {suffix_out[i]}, which "
-                        "itself reads compiled results: ember runs host operators (strings, NonMaxSuppression, "
-                        "TfIdfVectorizer) only before or after the compiled part of a model")
-            middle.append(node)
-            compiled_derived.update(o for o in node.output if o)
-            continue
-        host = HostNode(node.op_type, node.name, kernel, _attrs(node), list(node.input), list(node.output))
-        if any(i in compiled_derived for i in ins):
-            suffix.append(host)
-            compiled_derived.update(o for o in node.output if o)
-            suffix_out.update({o: f"{node.op_type} {node.name!r}" for o in node.output if o})
+            stages[k].nodes.append(node)
         else:
-            prefix.append(host)
-    produced_middle = {o for n in middle for o in n.output if o}
-    read_by_middle = [i for n in middle for i in n.input if i]
-    middle_inputs = list(dict.fromkeys(i for i in read_by_middle if i not in produced_middle and i not in inits))
-    wanted = {i for h in suffix for i in h.inputs if i} | {o.name for o in g.output}
-    middle_outputs = [o for n in middle for o in n.output if o and o in wanted]
-    return Split(prefix, middle, suffix, middle_inputs, middle_outputs)
+            stages[k].host.append(HostNode(node.op_type, node.name, kernel, _attrs(node), list(node.input),
+                                           list(node.output)))
+    later_reads = {o.name for o in g.output}
+    for k in range(count - 1, -1, -1):  # what each compiled stage reads and must hand on
+        st = stages[k]
+        made = {o for n in st.nodes for o in n.output if o}
+        st.outputs = [o for n in st.nodes for o in n.output if o and o in later_reads]
+        reads = [i for n in st.nodes for i in n.input if i] + [i for h in st.host for i in h.inputs if i]
+        st.inputs = list(dict.fromkeys(i for i in reads if i not in made and i not in init_protos))
+        later_reads |= set(st.inputs)
+    return [st for st in stages if st.host or st.nodes]
 
 
-def middle_model(proto: Any, split: Split, inputs: Mapping[str, np.ndarray]) -> bytes:
-    """The compiled middle of ``proto`` as ONNX bytes, its inputs typed and shaped like
-    ``inputs`` (name -> array), its outputs typed by ONNX shape inference."""
+def middle_model(proto: Any, stage: Stage, inputs: Mapping[str, np.ndarray]) -> bytes:
+    """A compiled stage of ``proto`` as ONNX bytes, its inputs typed and shaped like ``inputs``
+    (name -> array), its outputs typed by ONNX shape inference."""
     import onnx
     from onnx import helper
 
     g = proto.graph
-    read = {i for n in split.middle for i in n.input if i}
+    read = {i for n in stage.nodes for i in n.input if i}
     graph_in = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(inputs[n].dtype), inputs[n].shape)
-                for n in split.middle_inputs]
-    graph = helper.make_graph(split.middle, f"{g.name}_compiled", graph_in,
-                              [onnx.ValueInfoProto(name=o) for o in split.middle_outputs],
+                for n in stage.inputs]
+    graph = helper.make_graph(stage.nodes, f"{g.name}_compiled", graph_in,
+                              [onnx.ValueInfoProto(name=o) for o in stage.outputs],
                               [t for t in g.initializer if t.name in read])
     graph.value_info.extend(v for v in g.value_info if v.name in read)
     m = helper.make_model(graph, opset_imports=list(proto.opset_import))
@@ -233,60 +235,79 @@ def _host_array(value: Any) -> np.ndarray:
 
 
 class HostStages:
-    """A model cut into host prefix, compiled middle and host suffix (see the module doc)."""
+    """A model cut into alternating host and compiled stages (see the module doc)."""
 
     def __init__(self, proto: Any, target: str, compile_onnx: CompileOnnx, compile_graph: CompileGraph):
         from onnx import numpy_helper
 
         self.proto = proto
         self.target = target
-        self.split = split_model(proto)
+        self.stages = split_model(proto)
         inits = {t.name for t in proto.graph.initializer}
         self.input_names = [v.name for v in proto.graph.input if v.name not in inits]
         self.output_names = [v.name for v in proto.graph.output]
         self._consts = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
         self._compile_onnx = compile_onnx
-        self._empty = compile_graph(Graph(inputs=[], outputs=[], nodes=[])) if not self.split.middle else None
+        compiled = [k for k, st in enumerate(self.stages) if st.compiled]
+        self._last = compiled[-1] if compiled else None
+        self._empty = compile_graph(Graph(inputs=[], outputs=[], nodes=[])) if self._last is None else None
         self._cache: dict[tuple[Any, ...], Model] = {}
         self._lock = threading.Lock()
 
-    def _middle_for(self, inputs: dict[str, np.ndarray]) -> Model:
-        key = tuple((n, inputs[n].dtype.str, inputs[n].shape) for n in self.split.middle_inputs)
+    def _model_for(self, k: int, env: dict[str, Any]) -> tuple[Model, dict[str, np.ndarray]]:
+        """Compiled stage ``k`` for the inputs in ``env`` (compiled once per their shapes and
+        dtypes), and those inputs."""
+        st = self.stages[k]
+        missing = [n for n in st.inputs if n not in env]
+        if missing:
+            raise ArgumentError(f"the compiled part of the model reads {missing}, which nothing computes")
+        inputs = {n: np.asarray(env[n]) for n in st.inputs}
+        key = (k,) + tuple((n, inputs[n].dtype.str, inputs[n].shape) for n in st.inputs)
         with self._lock:
             model = self._cache.get(key)
             if model is None:
-                onnx_bytes = middle_model(self.proto, self.split, inputs)
-                model = self._compile_onnx(onnx_bytes, {n: tuple(inputs[n].shape) for n in self.split.middle_inputs})
+                model = self._compile_onnx(middle_model(self.proto, st, inputs),
+                                           {n: tuple(inputs[n].shape) for n in st.inputs})
                 self._cache[key] = model
-        return model
+        return model, inputs
+
+    def _run_stages(self, env: dict[str, Any], stages: range) -> None:
+        for k in stages:
+            st = self.stages[k]
+            if st.compiled:
+                model, inputs = self._model_for(k, env)
+                env.update(zip(st.outputs, model(**inputs)))
+            for h in st.host:
+                h.run(env)
 
     def program_for(self, given: dict[str, Any]) -> tuple[Program, dict[str, Any], Callable[[list[Any]], list[Any]]]:
-        """Run the host prefix on ``given``; the compiled middle's program and inputs; a function
-        that runs the host suffix on the program's outputs and returns the model's outputs."""
+        """Run every stage before the last compiled one on ``given``; that stage's program and
+        inputs; a function that runs the stages after it on the program's outputs and returns the
+        model's outputs."""
         env: dict[str, Any] = dict(self._consts)
         env.update({n: _host_array(v) for n, v in given.items()})
-        for h in self.split.prefix:
-            h.run(env)
-        if self._empty is not None:
-            program, sub, inner = self._empty.program, {}, None
+        last = self._last
+        if last is None or self._empty is not None:  # host stages only
+            self._run_stages(env, range(len(self.stages)))
+            assert self._empty is not None
+            program, sub, inner, outputs = self._empty.program, {}, None, []
+            after = range(0)
         else:
-            missing = [n for n in self.split.middle_inputs if n not in env]
-            if missing:
-                raise ArgumentError(f"the compiled part of the model reads {missing}, which nothing computes")
-            middle_in = {n: np.asarray(env[n]) for n in self.split.middle_inputs}
-            model = self._middle_for(middle_in)
+            self._run_stages(env, range(last))
+            model, inputs = self._model_for(last, env)
             if model.is_static:
-                program, sub, inner = model.program, dict(middle_in), None
+                program, sub, inner = model.program, dict(inputs), None
             else:
-                program, sub, inner = model._specializer.program_for(dict(middle_in))  # type: ignore[union-attr]
+                program, sub, inner = model._specializer.program_for(dict(inputs))  # type: ignore[union-attr]
+            outputs = self.stages[last].outputs
+            after = range(last + 1, len(self.stages))
 
         def finish(outs: list[Any]) -> list[Any]:
             if inner is not None:
                 outs = inner(outs)
             local = dict(env)
-            local.update(zip(self.split.middle_outputs, outs))
-            for h in self.split.suffix:
-                h.run(local)
+            local.update(zip(outputs, outs))
+            self._run_stages(local, after)
             return [local[o] for o in self.output_names]
 
         return program, sub, finish

@@ -242,8 +242,8 @@ def test_text_model_runs_host_compiled_host(rng):
     model = ember.compile(m)
     assert not model.is_static
     stages = model._specializer
-    assert [n.op for n in stages.split.prefix] == ["StringNormalizer", "LabelEncoder"]
-    assert [n.op for n in stages.split.suffix] == ["LabelEncoder"]
+    kinds = [("compiled" if st.compiled else [h.op for h in st.host]) for st in stages.stages]
+    assert kinds == [["StringNormalizer", "LabelEncoder"], "compiled", ["LabelEncoder"]]
     sess = ort.InferenceSession(m, providers=["CPUExecutionProvider"])
     for n in (6, 11, 6):
         x = _words(rng, (n,), extra=["Monday", "TUESDAY"])
@@ -269,16 +269,33 @@ def test_detection_post_processing_after_compiled_scores(rng):
     _compare(m, {"boxes": boxes, "logits": logits})
 
 
-def test_compiled_operator_after_a_suffix_is_refused(rng):
-    nodes = [h.make_node("Relu", ["scores"], ["s"]),
-             h.make_node("NonMaxSuppression", ["boxes", "s", "limit"], ["sel"]),
-             h.make_node("Cast", ["sel"], ["f"], to=T.FLOAT)]
-    m = _model(nodes, [h.make_tensor_value_info("boxes", T.FLOAT, [1, 5, 4]),
-                       h.make_tensor_value_info("scores", T.FLOAT, [1, 1, 5])],
-               [h.make_tensor_value_info("f", T.FLOAT, None)],
-               [nh.from_array(np.array([2], np.int64), "limit")], opset=13)
-    with pytest.raises(ember.GraphError, match=r"Cast node .*NonMaxSuppression.*before or after the compiled part"):
-        ember.compile(m)
+def test_detector_compiled_host_compiled(rng):
+    """Scores from a compiled part, boxes kept on the host, then compiled again: the kept boxes
+    gathered and scaled (the selection's length changes from call to call)."""
+    nodes = [h.make_node("Sigmoid", ["logits"], ["s"]),
+             h.make_node("NonMaxSuppression", ["boxes", "s", "limit", "iou", "thr"], ["sel"]),
+             h.make_node("Gather", ["sel", "col"], ["idx2"], axis=1),
+             h.make_node("Squeeze", ["idx2", "one"], ["idx"]),
+             h.make_node("Squeeze", ["boxes", "zero"], ["b2"]),
+             h.make_node("Gather", ["b2", "idx"], ["kept"], axis=0),
+             h.make_node("Mul", ["kept", "scale"], ["y"])]
+    inits = [nh.from_array(np.array([6], np.int64), "limit"), nh.from_array(np.array([0.4], np.float32), "iou"),
+             nh.from_array(np.array([0.3], np.float32), "thr"), nh.from_array(np.array([2], np.int64), "col"),
+             nh.from_array(np.array([0], np.int64), "zero"), nh.from_array(np.array([1], np.int64), "one"),
+             nh.from_array(np.array(4.0, np.float32), "scale")]
+    m = _model(nodes, [h.make_tensor_value_info("boxes", T.FLOAT, [1, 29, 4]),
+                       h.make_tensor_value_info("logits", T.FLOAT, [1, 1, 29])],
+               [h.make_tensor_value_info("y", T.FLOAT, None)], inits, opset=13)
+    model = ember.compile(m)
+    kinds = [("compiled" if st.compiled else [x.op for x in st.host]) for st in model._specializer.stages]
+    assert kinds == ["compiled", ["NonMaxSuppression"], "compiled"]
+    sess = ort.InferenceSession(m, providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        boxes, scores = _nms_inputs(rng, 1, 1, 29)
+        logits = rng.standard_normal((1, 1, 29)).astype(np.float32) * 2
+        (y,) = model(boxes=boxes, logits=logits)
+        (want,) = sess.run(None, {"boxes": boxes, "logits": logits})
+        np.testing.assert_array_equal(y, want)  # a gather and one float32 product
 
 
 def test_string_input_of_an_operator_without_a_host_kernel():
