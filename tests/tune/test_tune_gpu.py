@@ -21,13 +21,13 @@ def _needs_cuda():
 
 
 def test_tune_gemm_model_on_the_gpu(tmp_path, rng):
-    model = matmul_model(200, 72, 136, layers=2)  # sizes no tile divides
+    model = matmul_model(200, 84, 84, layers=2)  # sizes no tile divides
     db = tmp_path / "t.db"
     result = ember.tune(model, "cuda", trials=16, db=db, quiet=True, repeats=3)
     (task,) = result.tasks
     assert result.measured and task.trials == 16 and task.best_seconds and task.default_seconds
     assert task.best_seconds <= task.default_seconds
     tuned = ember.compile(model, "cuda", tuning_db=db)
-    x = rng.standard_normal((200, 72)).astype("float32")
+    x = rng.standard_normal((200, 84)).astype("float32")
     (y,) = tuned(x)
     np.testing.assert_allclose(y, reference(model, x), rtol=1e-4, atol=1e-4)
