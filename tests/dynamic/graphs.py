@@ -88,3 +88,29 @@ def reshape_rows_of_four():
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     shape = numpy_helper.from_array(np.array([0, -1, 4], np.int64), "s")
     return _model([helper.make_node("Reshape", ["x", "s"], ["y"])], [x], [y], [shape])
+
+
+def if_on_rate_lstm(rng: np.random.Generator):
+    """As a voice-activity detector: x[seq, batch, 16] and rate (int64 scalar); ``If rate == 16000``
+    runs an LSTM of hidden size 24, else one of hidden size 8, each giving its last hidden state
+    [1, batch, H]. ``seq`` and ``batch`` are symbolic."""
+
+    def branch(name: str, hidden: int):
+        w = (rng.standard_normal((1, 4 * hidden, 16)) * 0.3).astype(np.float32)
+        r = (rng.standard_normal((1, 4 * hidden, hidden)) * 0.3).astype(np.float32)
+        b = (rng.standard_normal((1, 8 * hidden)) * 0.1).astype(np.float32)
+        out = helper.make_tensor_value_info(f"{name}_h", TensorProto.FLOAT, None)
+        node = helper.make_node("LSTM", ["x", f"{name}_w", f"{name}_r", f"{name}_b"], ["", f"{name}_h"],
+                                hidden_size=hidden)
+        inits = [numpy_helper.from_array(a, f"{name}_{k}") for k, a in (("w", w), ("r", r), ("b", b))]
+        return helper.make_graph([node], name, [], [out], inits)
+
+    nodes = [
+        helper.make_node("Equal", ["rate", "sr16k"], ["is16k"]),
+        helper.make_node("If", ["is16k"], ["h"], then_branch=branch("wide", 24), else_branch=branch("narrow", 8)),
+    ]
+    inits = [numpy_helper.from_array(np.array(16000, np.int64), "sr16k")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", "batch", 16])
+    rate = helper.make_tensor_value_info("rate", TensorProto.INT64, [])
+    h = helper.make_tensor_value_info("h", TensorProto.FLOAT, None)
+    return _model(nodes, [x, rate], [h], inits)

@@ -303,3 +303,15 @@ def test_shapes_the_graph_cannot_take_are_argument_errors(rng) -> None:
         model(np.ones((2, 6), np.float32))
     _check(model, sess, {"x": rng.standard_normal((3, 12)).astype(np.float32)})  # a width that fits
     assert model.variants == [{"x": (3, 12)}]
+
+
+def test_if_on_a_rate_input_selects_lstms_of_different_sizes(rng) -> None:
+    m = graphs.if_on_rate_lstm(rng)
+    model, sess = ember.compile(m), _ort(m)
+    for seq, b, rate in [(5, 2, 16000), (3, 1, 8000), (5, 2, 8000)]:
+        x = rng.standard_normal((seq, b, 16)).astype(np.float32)
+        r = np.array(rate, np.int64)
+        got = model(x, r)[0]
+        want = sess.run(None, {"x": x, "rate": r})[0]
+        assert got.shape == want.shape == (1, b, 24 if rate == 16000 else 8)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
