@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +86,12 @@ class LocalBuilder:
         if self._pool is None:
             global _WORKER_TASKS
             _WORKER_TASKS = self.tasks
-            self._pool = multiprocessing.get_context("fork").Pool(self.workers)
+            with warnings.catch_warnings():
+                # After a GPU target was resolved this process holds a CUDA context (driver
+                # threads); the workers never call the driver, so the fork is safe (docs/tuning.md).
+                warnings.filterwarnings("ignore", message=r".*use of fork\(\) may lead to deadlocks",
+                                        category=DeprecationWarning)
+                self._pool = multiprocessing.get_context("fork").Pool(self.workers)
         return self._pool
 
     def start(self, jobs: Sequence[tuple[int, dict[str, Any]]]) -> Any:
