@@ -48,6 +48,7 @@ from .ops.strings import (
     string_split,
     tfidf_vectorizer,
 )
+from .runtime.ndarray import Device
 
 #: Operators that always run on the host (ONNX op type -> NumPy kernel; the names are
 #: ember.frontend.host_scan.ALWAYS_HOST, which finds the models that need this module).
@@ -253,6 +254,14 @@ class HostStages:
         self._empty = compile_graph(Graph(inputs=[], outputs=[], nodes=[])) if self._last is None else None
         self._cache: dict[tuple[Any, ...], Model] = {}
         self._lock = threading.Lock()
+        self._device: Device | None = None
+
+    def to(self, device: Device) -> None:
+        """Run the compiled stages on ``device`` (called by ``Model.to``; checked there)."""
+        with self._lock:
+            self._device = device
+            for model in self._cache.values():
+                model.to(device)
 
     def _model_for(self, k: int, env: dict[str, Any]) -> tuple[Model, dict[str, np.ndarray]]:
         """Compiled stage ``k`` for the inputs in ``env`` (compiled once per their shapes and
@@ -268,6 +277,8 @@ class HostStages:
             if model is None:
                 model = self._compile_onnx(middle_model(self.proto, st, inputs),
                                            {n: tuple(inputs[n].shape) for n in st.inputs})
+                if self._device is not None:
+                    model.to(self._device)
                 self._cache[key] = model
         return model, inputs
 

@@ -109,6 +109,9 @@ class Model:
         target (a CPU model cannot move to a GPU: compile it for one), does not exist (the message
         gives the number of GPUs found) or cannot run the code (another CUDA architecture)."""
         self._device = check_placement(self.target, device)
+        place_parts = getattr(self._specializer, "to", None)  # models it runs itself (host stages)
+        if place_parts is not None:
+            place_parts(self._device)
         return self
 
     @property

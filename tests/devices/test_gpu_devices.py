@@ -100,3 +100,22 @@ def test_every_gpu_in_turn(gpus, rng):
         _check(m, weights, rng)
         (y,) = m.run_on_device(rng.standard_normal((3, 37)).astype(np.float32))
         assert y.device == ember.cuda(i)
+
+
+def test_host_stages_follow_the_device(gpus, rng):
+    """A model with a host operator between two compiled parts: both parts run on the chosen GPU."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("RandomUniformLike", ["r"], ["u"], seed=1.0),
+             h.make_node("Add", ["r", "u"], ["y"])]
+    m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [5, 7])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, None)]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    model = ember.compile(m.SerializeToString(), device=ember.cuda(0))
+    x = rng.standard_normal((5, 7)).astype(np.float32)
+    (y,) = model(x)
+    u = y - np.maximum(x, 0)
+    assert u.min() >= -1e-6 and u.max() < 1 + 1e-6  # uniform draws in [0, 1) added on the GPU
+    assert model.to(ember.cuda(0)) is model
+    assert all(part.device == ember.cuda(0) for part in model._specializer._cache.values())

@@ -296,6 +296,7 @@ def test_detector_compiled_host_compiled(rng):
         (y,) = model(boxes=boxes, logits=logits)
         (want,) = sess.run(None, {"boxes": boxes, "logits": logits})
         np.testing.assert_array_equal(y, want)  # a gather and one float32 product
+    assert model.to("cpu") is model and all(m.device == ember.cpu(0) for m in model._specializer._cache.values())
 
 
 def test_string_input_of_an_operator_without_a_host_kernel():
