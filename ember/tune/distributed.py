@@ -22,7 +22,6 @@ Dask is an optional dependency (``pip install 'ember[tune]'``); without it these
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -177,7 +176,3 @@ class DaskExecutor:
             self.cluster.close()
             self.cluster = None
 
-
-def environment_note() -> str:
-    """Where Dask workers of this process would pin GPUs (for the CLI's messages)."""
-    return os.environ.get("CUDA_VISIBLE_DEVICES", "all GPUs")
