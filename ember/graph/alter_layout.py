@@ -59,6 +59,7 @@ __all__ = [
     "NodeLayouts",
     "alter_layout",
     "cancel_layout_transforms",
+    "fold_zero_pads",
 ]
 
 
@@ -271,14 +272,83 @@ class _Rewriter:
 def alter_layout(graph: Graph, policy: LayoutPolicy | None) -> Graph:
     """``graph`` with its nodes in the layouts ``policy`` asks for (see the module docstring).
 
-    Needs shapes inferred (:func:`~ember.graph.passes.infer_and_fold`). Gives a graph with the
+    Zero ``Pad`` nodes in front of convolutions are folded into them first
+    (:func:`fold_zero_pads`). Needs shapes inferred (:func:`~ember.graph.passes.infer_and_fold`).
+    Gives a graph with the
     same inputs and outputs (names, shapes, layouts), shapes inferred, transforms cancelled;
     ``graph`` itself when ``policy`` is None or changes nothing. Raises
     :class:`~ember.errors.LayoutError` when the policy asks for a layout that does not fit a
     tensor of the node (naming the node), or answers for the wrong number of tensors."""
     if policy is None:
         return graph
-    return _Rewriter(graph, policy).run()
+    return _Rewriter(fold_zero_pads(graph), policy).run()
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _pad_amounts(node: Node, consts: dict[str, np.ndarray]) -> list[int] | None:
+    """The ``pads`` of ``Pad`` node ``node`` (4-D, constant mode, zero value, constant pads, no
+    ``axes``) when only the spatial axes are padded, by non-negative amounts; else None."""
+    if _text(node.attrs.get("mode", "constant")) != "constant":
+        return None
+    if len(node.inputs) > 1:  # opset >= 11: pads, constant_value, axes are inputs
+        if node.inputs[1] not in consts or (len(node.inputs) > 3 and node.inputs[3]):
+            return None
+        value = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.zeros(())
+        if value is None or np.any(np.asarray(value) != 0):
+            return None
+        pads = [int(v) for v in np.asarray(consts[node.inputs[1]]).reshape(-1)]
+    else:
+        if float(node.attrs.get("value", 0.0)) != 0.0:
+            return None
+        pads = [int(v) for v in np.asarray(node.attrs.get("pads", [])).reshape(-1)]
+    if len(pads) != 8 or any(p < 0 for p in pads) or pads[0] or pads[1] or pads[4] or pads[5]:
+        return None
+    return pads
+
+
+def fold_zero_pads(graph: Graph) -> Graph:
+    """``graph`` with each zero-padding ``Pad`` of the spatial axes of a 4-D tensor (as
+    TensorFlow-exported networks write "SAME" padding before a strided convolution) folded into
+    the ``pads`` of the ``Conv`` nodes that read it, when those are its only readers and it is no
+    graph output: the convolutions read the unpadded tensor (exactly the same sums) and the
+    padded copy — and, in a blocked layout, the conversions around it — disappear. The input
+    itself when nothing folds."""
+    readers: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for v in n.inputs:
+            if v:
+                readers.setdefault(v, []).append(n)
+    folds: dict[str, tuple[str, list[int]]] = {}  # padded tensor -> (its source, pads)
+    for n in graph.nodes:
+        if n.op != "Pad" or len(n.outputs) != 1 or n.outputs[0] in graph.outputs:
+            continue
+        pads = _pad_amounts(n, graph.consts)
+        rs = readers.get(n.outputs[0], [])
+        if pads is None or not rs or any(
+            r.op != "Conv" or r.inputs[0] != n.outputs[0] or n.outputs[0] in r.inputs[1:]
+            or _text(r.attrs.get("auto_pad", "NOTSET")) not in ("NOTSET", "")
+            for r in rs
+        ):
+            continue
+        folds[n.outputs[0]] = (n.inputs[0], pads)
+    if not folds:
+        return graph
+    g = graph.copy()
+    nodes = []
+    for n in g.nodes:
+        if n.op == "Pad" and n.outputs[0] in folds:
+            continue
+        if n.op == "Conv" and n.inputs and n.inputs[0] in folds:
+            src, p = folds[n.inputs[0]]
+            old = [int(v) for v in np.asarray(n.attrs.get("pads", [0, 0, 0, 0])).reshape(-1)] or [0, 0, 0, 0]
+            attrs = dict(n.attrs, pads=[old[0] + p[2], old[1] + p[3], old[2] + p[6], old[3] + p[7]])
+            n = Node(n.op, [src, *n.inputs[1:]], list(n.outputs), attrs, n.name, n.opset)
+        nodes.append(n)
+    g.nodes = nodes
+    return _prune_values(g)
 
 
 # -- cancelling transforms ------------------------------------------------------------------------------

@@ -296,3 +296,32 @@ def test_blocked_round_trip_is_exact(rng):
     want = np.max(np.stack([r[:, :, i:i + 9:2, j:j + 7:2] for i in range(3) for j in range(3)]), axis=0)
     (got,) = m(X=x)
     np.testing.assert_array_equal(got, want)
+
+
+def _pad_conv_model(w, value, pads, second_reader=False):
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.array(pads, np.int64), "pads"),
+             numpy_helper.from_array(np.array(value, np.float32), "v")]
+    nodes = [helper.make_node("Pad", ["X", "pads", "v"], ["p"], mode="constant"),
+             helper.make_node("Conv", ["p", "W"], ["Y"], strides=[2, 2], pads=[1, 0, 0, 1])]
+    outs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]
+    if second_reader:
+        nodes.append(helper.make_node("Relu", ["p"], ["Z"]))
+        outs.append(helper.make_tensor_value_info("Z", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "padconv", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 6, 11, 10])],
+                          outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("value, second_reader, folded", [(0.0, False, True), (0.5, False, False), (0.0, True, False)],
+                         ids=["zero-folded", "nonzero-kept", "other-reader-kept"])
+def test_zero_pad_before_conv_folds_into_it(rng, value, second_reader, folded):
+    """A zero ``Pad`` of the spatial axes read only by convolutions becomes their padding (no
+    Pad kernel, no layout conversions around it); any other Pad stays. Both compute the model."""
+    w = rng.standard_normal((9, 6, 3, 3)).astype(np.float32)
+    pads = [0, 0, 1, 2, 0, 0, 2, 1]
+    m = ember.compile(_pad_conv_model(w, value, pads, second_reader))
+    assert any(s.get("func", "").find("pad") >= 0 for s in m.plan["steps"]) != folded
+    x = rng.standard_normal((1, 6, 11, 10)).astype(np.float32)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 2), (2, 1)), constant_values=value)
+    ref = conv2d_ref(xp, w, None, (2, 2), (1, 0, 0, 1))
+    np.testing.assert_allclose(m(X=x)[0], ref, **TOL)
