@@ -72,7 +72,7 @@ class Task:
     args: list[Tensor]
     specs: list[ArgSpec]
     space: ConfigSpace
-    schedule: Callable[[ConfigEntity], Schedule]
+    schedule: Callable[[ConfigEntity], Schedule | tuple[Schedule, Sequence[Tensor]]]
     flops: float
     weight: int = 1
     occurrences: list[str] = field(default_factory=list)
@@ -90,7 +90,9 @@ class Task:
 
         cfg = self.space.validate(config if isinstance(config, ConfigEntity) else ConfigEntity.from_json(config))
         tgt = Target(self.target)
-        func = lower(self.schedule(cfg), self.args, FUNC_NAME, target=tgt)
+        made = self.schedule(cfg)
+        sched, args = made if isinstance(made, tuple) else (made, self.args)
+        func = lower(sched, list(args), FUNC_NAME, target=tgt)
         return backend_for(tgt).compile([func], tgt)
 
     def __repr__(self) -> str:
@@ -181,11 +183,13 @@ def extract_tasks(model: Any, target: str | Target, input_shapes: dict[str, Sequ
 
 
 # -- te kernels --------------------------------------------------------------------------------------
-def kernel_task(schedule_fn: Callable[[ConfigEntity], Schedule], args: Sequence[Tensor], target: str | Target,
+def kernel_task(schedule_fn: Callable[[ConfigEntity], Any], args: Sequence[Tensor], target: str | Target,
                 space: ConfigSpace, name: str | None = None) -> Task:
     """The task of a te kernel: ``schedule_fn(cfg)`` returns the schedule of configuration ``cfg``
-    (a point of ``space``) computing ``args`` (inputs, then outputs, in call order). ``name``
-    (default: the function's qualified name) is its template name in the records."""
+    (a point of ``space``) computing ``args`` (inputs, then outputs, in call order), or a pair
+    ``(schedule, arguments)`` when it builds its program anew for each point (as
+    ``tensorcore_matmul`` does; the arguments then have the shapes and types of ``args``).
+    ``name`` (default: the function's qualified name) is its template name in the records."""
     if not isinstance(space, ConfigSpace):
         raise TuningError(f"tune_kernel: space must be a ConfigSpace declaring the schedule's knobs, not "
                           f"{type(space).__name__}")

@@ -192,7 +192,7 @@ def tune(
 
 
 def tune_kernel(
-    schedule_fn: Callable[[ConfigEntity], Schedule],
+    schedule_fn: Callable[[ConfigEntity], Schedule | tuple[Schedule, Sequence[Tensor]]],
     args: Sequence[Tensor],
     target: str | Target = "llvm",
     space: ConfigSpace | None = None,
@@ -211,7 +211,8 @@ def tune_kernel(
 ) -> TuneResult:
     """Tune one te kernel: ``schedule_fn(cfg)`` returns the schedule of configuration ``cfg`` (a
     point of ``space``, the :class:`~ember.strategy.ConfigSpace` declaring its knobs) for the
-    tensors ``args`` (inputs, then outputs, in call order). ``name`` (default: the function's
+    tensors ``args`` (inputs, then outputs, in call order), or ``(schedule, arguments)`` built anew
+    for that point (see :func:`~ember.tune.task.kernel_task`). ``name`` (default: the function's
     qualified name) keys its records; the other arguments are those of :func:`tune`. The best
     configuration is :func:`best_config`'s answer afterwards."""
     _check_trials(trials)
@@ -224,7 +225,7 @@ def tune_kernel(
                      cost_model, seed)
 
 
-def best_config(schedule_fn: Callable[[ConfigEntity], Schedule], args: Sequence[Tensor], target: str | Target,
+def best_config(schedule_fn: Callable[[ConfigEntity], Any], args: Sequence[Tensor], target: str | Target,
                 space: ConfigSpace, db: str | os.PathLike[str] | None = None, name: str | None = None) -> ConfigEntity:
     """The best valid recorded configuration of a te kernel (as :func:`tune_kernel` keyed it) on
     ``target``, or the space's default point when there is none that fits ``space``."""

@@ -106,3 +106,24 @@ def test_tune_convolution_then_compile_matches_onnxruntime(tmp_path, rng):
     (y,) = ember.compile(model, "llvm", tuning_db=db)(x)
     (ref,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_template_that_builds_its_program_per_point(tmp_path, rng):
+    """``schedule_fn`` may return (schedule, arguments) built anew for each configuration."""
+    m, n, k = 19, 26, 11
+
+    def fresh(cfg):
+        schedule, args, _ = gemm_template(m, n, k)
+        return schedule(cfg), args
+
+    _, args, space = gemm_template(m, n, k)
+    db = tmp_path / "t.db"
+    result = ember.tune_kernel(fresh, args, "llvm", space=space, trials=4, db=db, name="test.fresh", quiet=True,
+                               repeats=2, batch=4)
+    assert result.new_trials == 4 and result.tasks[0].invalid == 0
+    s, fargs = fresh(best_config(fresh, args, "llvm", space, db=db, name="test.fresh"))
+    f = ember.build(s, fargs, target="llvm")
+    a, b = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((k, n)).astype("float32")
+    c = ember.nd.array(np.full((m, n), np.nan, "float32"))
+    f(ember.nd.array(a), ember.nd.array(b), c)
+    np.testing.assert_allclose(c.numpy(), a.astype("float64") @ b.astype("float64"), rtol=1e-5, atol=1e-5)
