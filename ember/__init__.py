@@ -1,7 +1,11 @@
 """ember: an open deep-learning compiler. Tensor expressions and schedules to native code for
 CPUs (LLVM), NVIDIA GPUs (NVPTX) and AMD GPUs (AMDGPU)."""
 
-from . import nd, te  # noqa: E402
+from . import (  # noqa: E402
+    nd,
+    te,
+    tune,  # noqa: E402  (a callable package: ember.tune(model, target, trials=...))
+)
 from .backends.cpu.module import load_module  # noqa: E402
 from .driver import build, compile, load  # noqa: E402
 from .errors import (  # noqa: E402
@@ -29,7 +33,6 @@ from .lowering import lower  # noqa: E402
 from .model import Model, TensorSpec  # noqa: E402
 from .runtime import Device, Module, NDArray, cpu, cuda, device, rocm  # noqa: E402
 from .target import Target  # noqa: E402
-from . import tune  # noqa: E402  (a callable package: ember.tune(model, target, trials=...))
 from .tune import tune_kernel  # noqa: E402
 from .version import __version__  # noqa: E402, F401
 
