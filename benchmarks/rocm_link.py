@@ -1,11 +1,12 @@
 """Linking AMDGPU code objects: the linkers ember finds (a system ``ld.lld``, LLD from the
-``ziglang`` wheel of ``ember[rocm]``) compared on the objects of two small models for three
-GPU generations, with what each costs to install.
+``ziglang`` wheel of ``ember[rocm]``) and a Python prototype (``amdgpu_pylink.py``, not used by
+ember) compared on the objects of two small models for three GPU generations.
 
-Records each linker's seconds per link (best of interleaved rounds: both linkers timed in
-alternating rounds, so machine noise hits them alike), the whole compile time of the model for
-scale, whether both linkers give the same code object (every section at the same address with
-the same bytes, apart from ``.comment``, which names the linker), and the installed size of the ziglang wheel. Writes
+Records each linker's seconds per link (best of interleaved rounds, so machine noise hits them
+alike), the whole compile time of the model for scale, whether the LLDs give the same code
+object (every section at the same address with the same bytes, apart from ``.comment``, which
+names the linker), whether the prototype agrees with LLD where a loader looks (its
+``compare_with``), and the installed size of the ziglang wheel. Writes
 ``benchmarks/results/rocm_link.json`` and prints a table.
 
     python benchmarks/rocm_link.py
@@ -22,6 +23,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
+import amdgpu_pylink  # noqa: E402
 from common import interleaved, table, write_result  # noqa: E402
 
 import ember  # noqa: E402
@@ -122,14 +124,20 @@ def main() -> None:
                 lld.find_lld.cache_clear()
                 outputs[lname] = [lld.code_object_sections(lld.link_code_object(o)) for o in objs]
                 fns[lname] = (lambda c=linker, objs=objs: [lld.link_code_object(o, c) for o in objs])
+            fns["python prototype"] = (lambda objs=objs: [amdgpu_pylink.link(o) for o in objs])
             times = interleaved(fns, rounds=args.rounds, min_time=0.05, settle=0.05)
             same = all(v == next(iter(outputs.values())) for v in outputs.values())
+            reference = [lld.link_code_object(o, " ".join(next(iter(linkers.values())))) for o in objs]
+            py_problems = [p for o, r in zip(objs, reference)
+                           for p in amdgpu_pylink.compare_with(amdgpu_pylink.link(o), r)]
             rec = {"model": name, "arch": arch, "objects": len(objs), "object_bytes": sum(map(len, objs)),
                    "compile_s": round(compile_s, 3), "identical_code_objects": same,
+                   "python_prototype_agrees_with_lld": not py_problems, "python_prototype_problems": py_problems[:5],
                    "link_ms": {k: round(v * 1e3, 2) for k, v in times.items()}}
             records.append(rec)
             rows.append({"model": name, "arch": arch, "compile s": f"{compile_s:.2f}",
-                         **{f"{k} ms": f"{v * 1e3:.1f}" for k, v in times.items()}, "same bytes": same})
+                         **{f"{k} ms": f"{v * 1e3:.1f}" for k, v in times.items()}, "same bytes": same,
+                         "prototype agrees": not py_problems})
     os.environ.pop("EMBER_LLD", None)
     wheel = lld.wheel_lld()
     sizes = {}

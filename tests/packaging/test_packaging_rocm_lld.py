@@ -26,8 +26,10 @@ EM_AMDGPU, ET_DYN, ELFOSABI_AMDGPU_HSA = 224, 3, 64
 
 @pytest.fixture
 def bare_machine(monkeypatch, tmp_path):
-    """No ld.lld on PATH, no ROCm, no EMBER_LLD; the linker cache cleared before and after."""
+    """No ld.lld on PATH, no ROCm, no EMBER_LLD, no compile cache (every code object is linked
+    here); the linker cache cleared before and after."""
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("EMBER_CACHE_DIR", "off")
     monkeypatch.setenv("ROCM_PATH", str(tmp_path))
     monkeypatch.delenv("EMBER_LLD", raising=False)
     lld.find_lld.cache_clear()
@@ -128,3 +130,30 @@ def test_linker_failure_is_a_toolchain_error(bare_machine):
     with pytest.raises(ember.ToolchainError, match="could not link the AMDGPU code object"):
         lld.link_code_object(b"\x7fELF not an object")
 
+
+
+def test_python_link_prototype_agrees_with_lld(rng, monkeypatch):
+    """benchmarks/amdgpu_pylink.py (the measured alternative of docs/gpu.md, not used by ember)
+    against LLD on a model's objects for three GPU generations."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", "off")  # every kernel built (and linked) here
+    try:
+        lld.find_lld()
+    except ember.ToolchainError as exc:
+        pytest.skip(str(exc))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import amdgpu_pylink
+
+    from ember.backends.rocm import codegen
+
+    onnx_bytes, _ = mlp(rng)
+    seen: list[bytes] = []
+    real = codegen.link_code_object
+    codegen.link_code_object = lambda obj, linker=None: seen.append(obj) or real(obj, linker)
+    try:
+        for mcpu in ("gfx90a", "gfx942", "gfx1100"):
+            ember.compile(onnx_bytes, target=f"rocm -mcpu={mcpu}", use_cache=False)
+    finally:
+        codegen.link_code_object = real
+    assert len(seen) == 3
+    for obj in seen:
+        assert amdgpu_pylink.compare_with(amdgpu_pylink.link(obj), lld.link_code_object(obj)) == []
