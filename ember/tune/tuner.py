@@ -115,6 +115,9 @@ class TuneResult:
             extra = f" (default schedules: {self.default_latency * 1e3:.3f} ms)" if self.default_latency else ""
             lines.append(f"estimated time of the tuned kernels per run: {self.latency * 1e3:.3f} ms{extra}")
         lines += self.notes
+        if self.measured and any(t.best_seconds for t in self.tasks):
+            kind = self.target.split()[0]
+            lines.append(f"ember.compile(model, {kind!r}, tuning_db={self.db!r}) applies the best records")
         return "\n".join(lines)
 
 
