@@ -75,6 +75,9 @@ A_BLOCK_BYTES = 256 * 1024
 KBLOCK_MIN_K = 1024
 KBLOCK_MIN = 128
 KBLOCK_MAX = 512
+# Unpacked products get register tiles from this many columns and multiply-adds per batch.
+SMALL_MATMUL_MIN_N = 8
+SMALL_MATMUL_MIN_MACS = 4096
 # Rows of register tiles below which the FMA latency, not the pipes, bounds a tile.
 FMA_CHAINS = 4
 # Parallel over row tiles when there are at least this many, else over panels.
@@ -136,6 +139,8 @@ def _schedule_small_matmul(s: te.Schedule, stage: te.Stage) -> bool:
     lanes = 16 if any(str(op.output(0).dtype) == d for d in ("float32", "int32")) else 8
     M, N = extent(op.axis[-2]), extent(op.axis[-1])
     K = extent(op.reduce_axis[0])
+    if N < SMALL_MATMUL_MIN_N or M * N * K < SMALL_MATMUL_MIN_MACS:
+        return False  # a few dozen products: the default schedule
     nb = min(2 * lanes, N) if N >= lanes else N
     mr = min(M, 6 if nb > lanes else 8)
     t = op.output(0)

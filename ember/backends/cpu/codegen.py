@@ -1,8 +1,9 @@
-"""CPU code generation: LLVM for the host (x86-64, AArch64), parallel loops through libgomp.
+"""CPU code generation: LLVM for the host (x86-64, AArch64), parallel loops on ember's pool.
 
 A ``PARALLEL`` loop is outlined into a function that receives its free variables in a struct
-and runs a static share of the iterations on each OpenMP thread (``GOMP_parallel``). Parallel
-loops nested inside another parallel loop run serially.
+and runs one chunk of the iterations; ``ember_parallel_for`` (:mod:`.pool`: the calling thread
+and the pool's workers claim chunks one at a time) runs them all. Parallel loops nested inside
+another parallel loop run serially.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ...ir.buffer import Buffer
 from ...ir.verify import verify
 from ...ir.visitor import free_vars
 from ...target import Target
-from . import fastmath
+from .pool import SYMBOL as POOL_SYMBOL
 
 
 class CodeGenCPU(CodeGenLLVM):
@@ -34,17 +35,6 @@ class CodeGenCPU(CodeGenLLVM):
     def __init__(self, target: Target, module_name: str = "ember"):
         super().__init__(target, module_name)
         self._parallel_depth = 0
-
-    def math_f32_or_f64(self, op: str, args: list[ir.Value], t: Any) -> ir.Value:
-        """float32 ``erf`` and ``tanh`` inline (:mod:`.fastmath`: they vectorize), the rest as
-        the shared code generator emits it."""
-        x = args[0]
-        elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
-        if op in fastmath.FUNCTIONS and isinstance(elem, ir.FloatType):
-            if op == "erf":
-                return fastmath.erf_f32(self.builder, x)
-            return fastmath.tanh_f32(self.builder, x, lambda v: self.llvm_intrinsic("fabs", [v]))
-        return super().math_f32_or_f64(op, args, t)
 
     def emit_parallel_loop(self, s: S.For) -> None:
         if self._parallel_depth > 0:
@@ -71,14 +61,14 @@ class CodeGenCPU(CodeGenLLVM):
                 x, b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True, source_etype=struct_ty)
             )
         outlined = self._outline(s, captured, values, struct_ty)
-        gomp = self.intrinsic("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
+        pool = self.intrinsic(POOL_SYMBOL, ir.VoidType(), [PTR, PTR, I64, I32])
         nthreads = int(self.target.opt("num_threads") or 0)
-        b.call(gomp, [outlined, closure, ir.Constant(I32, nthreads), ir.Constant(I32, 0)])
+        b.call(pool, [outlined, closure, extent, ir.Constant(I32, nthreads)])
 
     def _outline(self, s: S.For, captured: list[E.Var], values: list[ir.Value], struct_ty: ir.Type) -> ir.Function:
-        """Two internal functions: ``<name>_par(closure)``, what ``GOMP_parallel`` runs on each
-        thread (it unpacks the closure and computes the thread's static share of the
-        iterations), and ``<name>_body(buffers..., values..., begin, count)``, the loop over that
+        """Two internal functions: ``<name>_par(closure, chunk, nchunks)``, what the pool
+        (:mod:`.pool`) runs for each chunk (it unpacks the closure and computes the chunk's
+        share of the iterations), and ``<name>_body(buffers..., values..., begin, count)``, the loop over that
         share. The body receives each buffer as a ``noalias`` parameter: the kernel's buffers are
         distinct (its own arguments are ``noalias`` too), and without this LLVM would assume that
         pointers read from the closure may alias, keeping every accumulator of a register tile
@@ -100,7 +90,8 @@ class CodeGenCPU(CodeGenLLVM):
             if buf:
                 body_fn.args[k].add_attribute("noalias")
         # the per-thread wrapper: unpack, split the iterations, call the body
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=self.fresh(f"{saved[1].name}_par"))
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
+                         name=self.fresh(f"{saved[1].name}_par"))
         fn.linkage = "internal"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         fields = []
@@ -109,15 +100,11 @@ class CodeGenCPU(CodeGenLLVM):
             p = b.gep(fn.args[0], [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True, source_etype=struct_ty)
             fields.append(b.load(p, typ=ty))
         lo, extent = fields[0], fields[1]
-        tid = b.sext(b.call(self.intrinsic("omp_get_thread_num", I32, []), []), I64)
-        nth = b.sext(b.call(self.intrinsic("omp_get_num_threads", I32, []), []), I64)
-        chunk = b.sdiv(b.add(extent, b.sub(nth, ir.Constant(I64, 1))), nth)
-        begin = b.mul(tid, chunk)
-        end = b.add(begin, chunk)
-        end = b.select(b.icmp_signed("<", end, extent), end, extent)
-        count = b.sub(end, begin)
-        count = b.select(b.icmp_signed("<", count, ir.Constant(I64, 0)), ir.Constant(I64, 0), count)
-        b.call(body_fn, fields[2:] + [b.add(lo, begin), count])
+        # chunk c of n: [extent * c / n, extent * (c + 1) / n) (balanced, never empty for n <= extent)
+        chunk, nchunks = fn.args[1], fn.args[2]
+        begin = b.sdiv(b.mul(extent, chunk), nchunks)
+        end = b.sdiv(b.mul(extent, b.add(chunk, ir.Constant(I64, 1))), nchunks)
+        b.call(body_fn, fields[2:] + [b.add(lo, begin), b.sub(end, begin)])
         b.ret_void()
         # the body: the serial loop over [begin, begin + count)
         entry = body_fn.append_basic_block("entry")
@@ -175,6 +162,9 @@ def load_runtime_libraries() -> None:
         )
     ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     llvm.load_library_permanently(path)
+    from .pool import install
+
+    install()  # ember_parallel_for, which parallel loops call
     # Compiler support routines LLVM calls for conversions the CPU has no instruction for
     # (float64 -> float16 is __truncdfhf2 on x86 without AVX512-FP16): GCC's libgcc_s provides them.
     gcc_s = ctypes.util.find_library("gcc_s")

@@ -90,7 +90,7 @@ _LIBM = (
 #: instructions for them. Each libm name is allowed in its double and float (``f``) forms.
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
     [*_LIBM, *(n + "f" for n in _LIBM)]
-    + ["GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads",
+    + ["ember_parallel_for", "GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads",
        "malloc", "free", "memcpy", "memset", "memmove",
        "__truncdfhf2", "__truncsfhf2", "__extendhfsf2", "__extendhfdf2", "__gnu_h2f_ieee", "__gnu_f2h_ieee",
        "__truncsfbf2", "__truncdfbf2", "__extendbfsf2",
