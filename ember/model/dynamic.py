@@ -224,8 +224,9 @@ class ShapeSpecializer:
             self._evict()
 
     def _share_constants(self, model: Model) -> None:
-        """Make the constants of ``model`` equal to another variant's that variant's arrays (a
-        network's weights do not depend on the batch size: kept once in host memory)."""
+        """Replace each constant of ``model`` that equals one a kept variant holds (same name,
+        shape, dtype and values) by that variant's array: a network's weights do not depend on
+        the batch size, so they are kept once in host memory."""
         if not model.is_static:
             return
         consts = model.program.consts
