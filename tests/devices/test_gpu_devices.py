@@ -65,8 +65,8 @@ def test_missing_index_names_the_count(gpus, rng):
         ember.compile(onnx_bytes, device=f"cuda:{gpus + 3}")
 
 
-def test_arrays_on_another_device_are_refused(gpus, rng):
-    """A model on cuda(0) given an ember array of another device kind: a clear error."""
+def test_ember_arrays_on_the_models_device(gpus, rng):
+    """A model on cuda(0) takes ember arrays already on cuda(0) (no copy through the host)."""
     onnx_bytes, weights = mlp(rng)
     m = ember.compile(onnx_bytes, device=ember.cuda(0))
     x = rng.standard_normal((3, 37)).astype(np.float32)
