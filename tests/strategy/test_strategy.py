@@ -89,8 +89,11 @@ def test_cuda_model_gets_the_gpu_panel_width_whatever_the_host(rng, sse_host, mo
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     gpu = ember.compile(_conv_model(rng), target="cuda -arch=sm_80")
     assert _pack_widths(gpu.get_source("ir")) == {32}
-    cpu = ember.compile(_conv_model(rng), target="llvm")  # the (fake) host: two SSE registers
+    with ember.transform.PassContext(disabled_passes=["AlterLayout"]):  # the NCHW packed-GEMM convolution
+        cpu = ember.compile(_conv_model(rng), target="llvm")  # the (fake) host: two SSE registers
     assert _pack_widths(cpu.get_source("ir")) == {8}
+    blocked = ember.compile(_conv_model(rng), target="llvm")  # the layout pass blocks by the host's 4 lanes
+    assert any(v.endswith("__NCHW4c") for v in blocked.plan["values"])
 
 
 @pytest.mark.parametrize("spec,nr", [("llvm -mcpu=haswell", 16), ("llvm -mcpu=skylake-avx512", 32), ("cuda", 32)])
