@@ -106,3 +106,23 @@ def lowp_matmul(a: Tensor, b: Tensor, M: int, K: int, N: int, strategy: Layout) 
     acc = packed_product(a_at, lambda kk, n: cast(b[kk, n], "float32"), batch, M, K, N, "float32", strategy,
                          "lp_matmul")
     return compute(batch + (M, N), lambda *i: cast(acc[i], dt), name=uname("lp_matmul_round"))
+
+
+def lowp_conv2d(
+    x: Tensor, w: Tensor, bias: Tensor | None, packed_conv: Callable[[Tensor, Tensor, Tensor | None], Tensor]
+) -> Tensor:
+    """A float16/bfloat16 2-D convolution on the float32 packed convolution ``packed_conv(x32,
+    w32, bias32)``: the image converted once into a float32 workspace, the weights converted as
+    they are packed (a constant at compile time), the bias read as float32, the result rounded
+    once to the operands' type."""
+    dt = str(x.dtype)
+    x32 = wide_copy(x, lambda *i: cast(x[i], "float32"), "lp_conv_x")
+    w32 = compute(tuple(int(E.const_int_value(d)) for d in w.shape),  # type: ignore[arg-type]
+                  lambda *i: cast(w[i], "float32"), name=uname("lp_conv_w"))
+    b32 = None
+    if bias is not None:
+        b32 = compute(tuple(int(E.const_int_value(d)) for d in bias.shape),  # type: ignore[arg-type]
+                      lambda *i: cast(bias[i], "float32"), name=uname("lp_conv_b"))
+    out = packed_conv(x32, w32, b32)
+    return compute(tuple(int(E.const_int_value(d)) for d in out.shape),  # type: ignore[arg-type]
+                   lambda *i: cast(out[i], dt), name=uname("lp_conv_round"))
