@@ -1,7 +1,8 @@
 """Shared fixtures for ember's core tests.
 
-* Every test session (each xdist worker) gets its own compile cache in a temporary directory, so
-  tests never write to ``~/.cache/ember`` and workers never share fixed paths.
+* Every test session (each xdist worker) gets its own compile cache and tuning-records path in a
+  temporary directory, so tests never read or write ``~/.cache/ember`` and workers never share
+  fixed paths.
 * ``rng`` is a fresh NumPy generator seeded per test (from the test's node id, so a failure
   reproduces with the same inputs).
 * ``kernel`` builds a schedule and runs it on fresh inputs with poisoned outputs (see
@@ -23,14 +24,18 @@ from ember import te
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory):
-    """Point EMBER_CACHE_DIR at a per-session temporary directory."""
-    old = os.environ.get("EMBER_CACHE_DIR")
+    """Point EMBER_CACHE_DIR at a per-session temporary directory, and EMBER_TUNING_DB at a
+    records file there (absent until a test tunes): a developer's own tuning records never
+    change the kernels the tests compile."""
+    old = {k: os.environ.get(k) for k in ("EMBER_CACHE_DIR", "EMBER_TUNING_DB")}
     os.environ["EMBER_CACHE_DIR"] = str(tmp_path_factory.mktemp("ember-cache"))
+    os.environ["EMBER_TUNING_DB"] = str(tmp_path_factory.mktemp("ember-tuning") / "tuning.db")
     yield
-    if old is None:
-        os.environ.pop("EMBER_CACHE_DIR", None)
-    else:
-        os.environ["EMBER_CACHE_DIR"] = old
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture
