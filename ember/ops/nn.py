@@ -20,7 +20,7 @@ from ..ir import expr as E
 from ..te import Tensor
 from .depthwise import depthwise_conv2d, is_depthwise
 from .layout import Layout, host_layout
-from .packed_lowp import lowp_matmul
+from .packed_lowp import lowp_conv2d, lowp_matmul
 from .reduce import acc_dtype, reduce_tensor
 from .registry import OpContext, register
 from .transform import pad_tensor
@@ -47,7 +47,7 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul", strategy: Layout |
     out = batch + ((M,) if not a1 else ()) + ((N,) if not b1 else ())
     intrin = (strategy or host_layout()).matrix_intrinsic(dtype_of(a)) if dtype_of(a) == dtype_of(b) else None
     if intrin is None and len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) == "float32" and K >= 16 \
-            and N >= 16 and M * N >= 256:
+            and N >= 16 and M * N * K >= 4096:
         return _matmul_packed(a, b, batch, M, K, N, strategy or host_layout())
     if intrin is None and len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) in ("float16", "bfloat16") \
             and K >= 16 and N >= 16 and M * N * K >= 4096:
@@ -204,7 +204,8 @@ def _matmul_packed(
     a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int, N: int, strategy: Layout
 ) -> Tensor:
     """``a @ b`` for a 2-D right operand: ``b`` packed into ``nr``-wide panels ``[N / nr, K, nr]``
-    (``nr`` from ``strategy``) and the product computed by the packed GEMM schedule."""
+    (``nr`` from ``strategy``, the last panel padded with zeros) and the product computed over
+    whole panels by the packed GEMM schedule, then viewed at ``N`` columns."""
     nr = strategy.gemm_panel_width("float32")
     npanel = -(-N // nr)
     rows = int(np.prod(batch)) if batch else 1
@@ -228,8 +229,10 @@ def _matmul_packed(
             rest = E.floordiv(rest, d)
         return tuple(reversed(idx))
 
+    # The product covers whole panels (its last columns are zeros of the padded panel, never
+    # read): no scalar tail for a partial panel.
     cv = compute(
-        (rows, M, N),
+        (rows, M, npanel * nr),
         lambda r, m, n: te.sum(a[arow(r) + (m, k.var)] * bp[E.floordiv(n, nr), k.var, E.floormod(n, nr)], axis=k),
         name=uname("mm_gemm"),
         tag="conv_packed",
@@ -375,6 +378,9 @@ def conv_tensor(
         return _conv2d_tensorcore(x, w, bias, strides, dil, lo, out_sp, intrin)
     if nsp == 2 and groups == 1 and dtype_of(x) == "float32" and dtype_of(w) == "float32":
         return _conv2d_packed(x, w, bias, strides, dil, lo, out_sp, strategy or host_layout())
+    if nsp == 2 and groups == 1 and intrin is None and dtype_of(x) == dtype_of(w) in ("float16", "bfloat16"):
+        return lowp_conv2d(x, w, bias, lambda x32, w32, b32: _conv2d_packed(  # converted while packing
+            x32, w32, b32, strides, dil, lo, out_sp, strategy or host_layout()))
     if is_depthwise(x, w, groups):
         return depthwise_conv2d(x, w, bias, strides, dil, lo, hi)
     xp = pad_tensor(x, [0, 0] + lo, [0, 0] + hi) if any(lo) or any(hi) else x
