@@ -4,10 +4,12 @@
 Cases: 4096^3 in fp16, bf16 (fp32 accumulation, fp16/bf16 output like cuBLAS) and TF32
 (fp32 in and out; ``torch.backends.cuda.matmul.allow_tf32 = True`` for the cuBLAS side only),
 and the skinny 16 x 4096 x 4096 in bf16. Each ember case tries the tilings of :data:`TILES` and
-keeps the fastest (every variant is checked against float64 first). Kernel times are medians of
+keeps the fastest (every variant is checked against float64 first). On sm_90 the fp16/bf16 cases
+also time the Hopper ``wgmma`` kernels (``ember.strategy.tensorcore.wgmma_matmul``, tilings
+:data:`WG_TILES`), reported as their own column. Kernel times are medians of
 ``triton.testing.do_bench``. Writes ``tensorcore_bench.json`` and ``.md`` to ``--out``.
 
-    python benchmarks/tensorcore_bench.py --out benchmarks/results [--quick]
+    python benchmarks/tensorcore_bench.py --out benchmarks/results [--quick] [--paths mma,wgmma] [--cases fp16,bf16]
 """
 
 from __future__ import annotations
@@ -21,12 +23,16 @@ import time
 from common import write_outputs
 
 import ember
-from ember.strategy.tensorcore import TCTile, tensorcore_matmul
+from ember.lowering.wgmma import WGTile
+from ember.strategy.tensorcore import TCTile, tensorcore_matmul, wgmma_matmul
 
 TILES = (TCTile(128, 128, 32, 64, 64), TCTile(128, 256, 32, 64, 128), TCTile(256, 128, 32, 128, 64),
          TCTile(128, 128, 64, 64, 64), TCTile(64, 128, 32, 32, 64), TCTile(64, 64, 64, 32, 32),
          TCTile(32, 128, 64, 32, 32), TCTile(16, 128, 64, 16, 32), TCTile(32, 64, 128, 32, 16),
          TCTile(16, 64, 128, 16, 16))
+
+WG_TILES = (WGTile(2, 128, 4, 1), WGTile(2, 256, 3, 1), WGTile(2, 256, 4, 1), WGTile(2, 256, 4, 0),
+            WGTile(2, 128, 6, 1), WGTile(1, 256, 4, 1))
 
 
 def bench(fn) -> float:
@@ -39,6 +45,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--quick", action="store_true", help="1024^3 and fewer tilings (a smoke run)")
+    ap.add_argument("--paths", default="mma,wgmma", help="which kernels to time: mma (mma.sync), wgmma (sm_90)")
+    ap.add_argument("--cases", default="fp16,bf16,tf32,bf16_skinny")
     args = ap.parse_args()
     import torch
 
@@ -49,11 +57,15 @@ def main() -> int:
              ("bf16", "mma.m16n8k16.bf16", torch.bfloat16, n, n, n),
              ("tf32", "mma.m16n8k8.tf32", torch.float32, n, n, n),
              ("bf16_skinny", "mma.m16n8k16.bf16", torch.bfloat16, 16, n, n)]
+    cases = [c for c in cases if c[0] in args.cases.split(",")]
+    paths = args.paths.split(",")
     results: dict = {"device": attrs["device_name"], "arch": attrs["arch"], "torch": torch.__version__,
                      "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "timing": "median of triton.testing.do_bench (CUDA events)", "results": {}}
     lines = [f"# Tensor-core GEMM on {results['device']} ({results['arch']}), torch {results['torch']}", "",
              "| case | ember | cuBLAS | ember / cuBLAS | best tiling |", "| --- | --- | --- | --- | --- |"]
+    wg_lines = ["", "Hopper wgmma path (`wgmma_matmul`; the table above is the best of the paths timed):", "",
+                "| case | ember wgmma | cuBLAS | wgmma / cuBLAS | best tiling |", "| --- | --- | --- | --- | --- |"]
     for name, intrin, tdt, M, N, K in cases:
         A = torch.randn(M, K, device="cuda").to(tdt)
         B = torch.randn(K, N, device="cuda").to(tdt)
@@ -66,14 +78,23 @@ def main() -> int:
         torch.backends.cuda.matmul.allow_tf32 = False
         variants = {}
         best = None
-        tiles = TILES[:3] if args.quick else TILES
-        for tile in tiles:
-            if M < tile.bm // 2:
+        tiles = (TILES[:3] if args.quick else TILES) if "mma" in paths else ()
+        wg_tiles = WG_TILES if "wgmma" in paths and attrs["arch"] == "sm_90" and name in ("fp16", "bf16") else ()
+        wg_best = None
+        for tile in (*tiles, *wg_tiles):
+            if isinstance(tile, TCTile) and M < tile.bm // 2:
                 continue
-            key = f"{tile.bm}x{tile.bn}x{tile.bk}_w{tile.wm}x{tile.wn}"
+            odt = str(tdt).split(".")[-1]
             try:
-                s, a = tensorcore_matmul(M, N, K, intrin=intrin, out_dtype=str(tdt).split(".")[-1], tile=tile)
-                f = ember.build(s, a, target="cuda", name=f"tc_{name}")
+                if isinstance(tile, WGTile):
+                    key = f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}"
+                    func = wgmma_matmul(M, N, K, odt, odt, tile, target=f"cuda -arch={attrs['arch']}",
+                                        name=f"wg_{name}")
+                    f = ember.build(func, target="cuda")
+                else:
+                    key = f"{tile.bm}x{tile.bn}x{tile.bk}_w{tile.wm}x{tile.wn}"
+                    s, a = tensorcore_matmul(M, N, K, intrin=intrin, out_dtype=odt, tile=tile)
+                    f = ember.build(s, a, target="cuda", name=f"tc_{name}")
             except ember.EmberError as err:
                 variants[key] = {"error": str(err)[:200]}
                 continue
@@ -92,6 +113,8 @@ def main() -> int:
             variants[key] = {"ms": t * 1e3, "TFLOPs": 2 * M * N * K / t / 1e12, "ptxas": regs}
             if best is None or t < best[0]:
                 best = (t, key)
+            if isinstance(tile, WGTile) and (wg_best is None or t < wg_best[0]):
+                wg_best = (t, key)
         r = {"M": M, "N": N, "K": K, "cublas_ms": t_cublas * 1e3, "cublas_TFLOPs": 2 * M * N * K / t_cublas / 1e12,
              "variants": variants}
         if best is not None:
@@ -99,8 +122,15 @@ def main() -> int:
                      best=best[1])
             lines.append(f"| {name} {M}x{N}x{K} | {r['ember_TFLOPs']:.1f} TFLOP/s | {r['cublas_TFLOPs']:.1f} TFLOP/s "
                          f"| {r['ratio']:.3f} | {best[1]} |")
+        if wg_best is not None:
+            r.update(wgmma_ms=wg_best[0] * 1e3, wgmma_TFLOPs=2 * M * N * K / wg_best[0] / 1e12,
+                     wgmma_ratio=t_cublas / wg_best[0], wgmma_best=wg_best[1])
+            wg_lines.append(f"| {name} {M}x{N}x{K} | {r['wgmma_TFLOPs']:.1f} TFLOP/s | "
+                            f"{r['cublas_TFLOPs']:.1f} TFLOP/s | {r['wgmma_ratio']:.3f} | {wg_best[1]} |")
         results["results"][name] = r
         print(name, json.dumps(r, indent=1), flush=True)
+    if len(wg_lines) > 5:
+        lines += wg_lines
     print(write_outputs(args.out, "tensorcore_bench", results, lines))
     return 0
 

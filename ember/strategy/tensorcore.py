@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from .. import te
 from ..errors import ScheduleError
 from ..ir import expr as E
+from ..ir.stmt import PrimFunc
 from ..ir.visitor import Mutator, free_vars, post_order_visit, substitute
+from ..lowering.wgmma import WGTile, check_target, wgmma_gemm_func
 from ..target import Target
 from ..te.tensor_intrin import MatrixIntrinsic, lookup
 from .space import ConfigSpace
@@ -325,3 +327,28 @@ def schedule_tensorcore(s: te.Schedule, out: te.Tensor, acc: te.Tensor, intrin: 
         k_last = kvar in free_vars(ld.indices[-1])
         row = t.bk if k_last else (t.bm if sh is As else t.bn)
         s[sh].storage_align(s[sh].op.axis[-2], row, vec)
+
+
+def wgmma_matmul(
+    M: int,
+    N: int,
+    K: int,
+    in_dtype: str = "float16",
+    out_dtype: str | None = None,
+    tile: WGTile | None = None,
+    b_transposed: bool = False,
+    target: Target | str = "cuda -arch=sm_90",
+    name: str = "wgmma_gemm",
+) -> PrimFunc:
+    """The lowered function ``name(A, B, C)`` of ``C = A @ B`` on Hopper's ``wgmma.mma_async``
+    (:mod:`ember.lowering.wgmma`; build it with ``ember.build(func, target=...)``): float16 or
+    bfloat16 inputs, float32 accumulation, ``C`` of ``out_dtype`` (default float32); ``B`` is
+    ``K x N`` (``N x K`` with ``b_transposed``). Any ``M``; ``K`` and ``N`` multiples of 8.
+    Raises :class:`~ember.errors.ScheduleError` on a target other than sm_90/sm_90a (naming the
+    ``mma.sync`` fallback), for other types or sizes, or an illegal ``tile``."""
+    tgt = Target(target) if isinstance(target, str) else target
+    if tgt.kind != "cuda":
+        raise ScheduleError(f"wgmma.mma_async is an NVIDIA Hopper instruction, the target is {tgt}")
+    check_target(tgt.mcpu)
+    return wgmma_gemm_func(M, N, K, in_dtype, out_dtype, tile, b_transposed, name, str(tgt),
+                           tgt.max_shared_memory_per_block_optin)

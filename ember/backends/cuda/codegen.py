@@ -108,6 +108,8 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         super().__init__(target, module_name)
         self.libdevice = libdevice
         self.uses_libdevice = False
+        #: set when a kernel uses an sm_90a-only instruction (wgmma): the module is assembled for sm_90a
+        self.needs_sm90a = False
 
     def kernel_attributes(self, k: Any) -> dict[str, str]:
         return {"nvvm.maxntid": ",".join(str(d) for d in k.block)}
@@ -189,6 +191,8 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
                                side_effect=True)
             b.call(asm, [dst, src, self._int_cast(self.expr(size), I32)])
             return ir.Constant(I32, 0)
+        if e.op.startswith(("tc.wgmma", "tc.fence_proxy_async", "tc.shared_addr")):
+            return self._hopper_call(e)
         if e.op == "tc.cp_async_commit":
             b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}",
                                 side_effect=True), [])
@@ -199,6 +203,57 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
                                 side_effect=True), [])
             return ir.Constant(I32, 0)
         return super().matrix_call(e)
+
+    def _void_asm(self, text: str) -> ir.Value:
+        self.builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True), [])
+        return ir.Constant(I32, 0)
+
+    def _hopper_call(self, e: Any) -> ir.Value:
+        """The sm_90 calls of :mod:`ember.lowering.wgmma`: ``tc.wgmma:m64n<N>k16.<f16|bf16>.t<0|1>``
+        (accumulator, A descriptor, B descriptor; ``t1``: B is N-major), ``tc.wgmma_desc:<lbo>:<sbo>``
+        (a 128-byte-swizzled shared-memory matrix descriptor of an element's address),
+        ``tc.shared_addr`` (an element's shared-memory address), ``tc.wgmma_fence``,
+        ``tc.wgmma_commit``, ``tc.wgmma_wait:<n>`` and ``tc.fence_proxy_async``."""
+        from ...lowering.wgmma import SWIZZLE_128B
+
+        b = self.builder
+        i64 = ir.IntType(64)
+        if self.target.mcpu not in ("sm_90", "sm_90a"):
+            raise CodegenError(f"{e.op[3:]} needs an sm_90 target (assembled as sm_90a), the target is "
+                               f"{self.target.mcpu}; use the mma.sync path")
+        self.needs_sm90a = True
+        if e.op == "tc.shared_addr":
+            return b.trunc(b.ptrtoint(self.operand_ptr(e.args[0]), i64), I32)
+        if e.op.startswith("tc.wgmma_desc:"):
+            lbo, sbo = (int(x) for x in e.op[len("tc.wgmma_desc:"):].split(":"))
+            addr = b.ptrtoint(self.operand_ptr(e.args[0]), i64)
+            start = b.lshr(b.and_(addr, ir.Constant(i64, 0x3FFFF)), ir.Constant(i64, 4))
+            fixed = ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | SWIZZLE_128B << 62
+            return b.or_(start, ir.Constant(i64, fixed))
+        if e.op == "tc.wgmma_fence":
+            return self._void_asm("wgmma.fence.sync.aligned;")
+        if e.op == "tc.wgmma_commit":
+            return self._void_asm("wgmma.commit_group.sync.aligned;")
+        if e.op.startswith("tc.wgmma_wait:"):
+            return self._void_asm(f"wgmma.wait_group.sync.aligned {int(e.op[len('tc.wgmma_wait:'):])};")
+        if e.op == "tc.fence_proxy_async":
+            return self._void_asm("fence.proxy.async.shared::cta;")
+        if e.op.startswith("tc.wgmma:"):
+            shape, ty, tb = e.op[len("tc.wgmma:"):].split(".")
+            n = int(shape[shape.index("n") + 1:shape.index("k")])
+            nc = n // 2
+            acc = self.operand_ptr(e.args[0])
+            da, db = (self._int_cast(self.expr(x), i64) for x in e.args[1:])
+            c = self.load_words(acc, nc, F32)
+            regs = "{" + ",".join(f"${i}" for i in range(nc)) + "}"
+            text = (f"{{ .reg .pred p; setp.ne.b32 p, ${nc + 2}, 0; wgmma.mma_async.sync.aligned.{shape}.f32.{ty}.{ty} "
+                    f"{regs}, ${nc}, ${nc + 1}, p, 1, 1, 0, {tb[1:]}; }}")
+            constraint = ",".join(["=f"] * nc + ["l", "l", "r"] + [str(i) for i in range(nc)])
+            fty = ir.FunctionType(ir.LiteralStructType([F32] * nc), [i64, i64, I32] + [F32] * nc)
+            res = b.call(ir.InlineAsm(fty, text, constraint, side_effect=True), [da, db, ir.Constant(I32, 1), *c])
+            self.store_words(acc, [b.extract_value(res, i) for i in range(nc)])
+            return ir.Constant(I32, 0)
+        raise CodegenError(f"unknown Hopper intrinsic {e.op}")
 
     # hardware approximations used by the fallback math (scalar float32)
     def hw_exp2(self, x: ir.Value) -> ir.Value:
@@ -242,6 +297,8 @@ class NVPTXCompiler:
 
     def compile(self, cg: CodeGenNVPTX) -> dict[str, Any]:
         tgt = cg.target
+        if cg.needs_sm90a and tgt.mcpu == "sm_90":  # wgmma exists only in the sm_90a variant of Hopper's ISA
+            tgt = Target(str(tgt).replace("-arch=sm_90", "-arch=sm_90a"))
         tm = _target_machine(tgt)
         text = finalize_kernels(str(cg.module), cg.kernel_attrs)
         mod = parse_and_verify(text, "the CUDA kernels")

@@ -1,0 +1,274 @@
+"""Hopper (sm_90a) GEMM kernels on ``wgmma.mma_async``: ``C = A @ B`` in fp16/bf16 with fp32
+accumulation, built directly as loop IR.
+
+The kernel (:func:`wgmma_gemm_func`):
+
+* a block of ``128 * warpgroups`` threads computes a ``bm x bn`` tile of ``C`` (``bm = 64 *
+  warpgroups``); warpgroup ``g`` owns rows ``64 g .. 64 g + 63`` and keeps its ``64 x bn``
+  accumulators in registers (``bn / 2`` floats per thread, laid out as :func:`acc_coord` says);
+* along ``K`` in chunks of 64, both operands are staged in shared memory by ``cp.async`` (16
+  bytes per thread and copy, zero-filled past the matrix edges), ``stages`` slots deep, in the
+  128-byte-swizzled layouts the ``wgmma`` descriptors name (:func:`a_offset`, :func:`b_offset`,
+  :func:`smem_descriptor`): ``A`` (``M x K``, row-major) K-major; ``B`` either ``K x N``
+  row-major (N-major, ``imm-trans-b = 1``) or ``N x K`` (``b_transposed``; K-major);
+* per chunk each warpgroup issues four ``m64nNk16`` instructions (one per 16 of ``K``), commits
+  them as one group and waits until at most ``inflight`` groups are pending; a block barrier
+  before each refill keeps a slot from being overwritten while a warpgroup still reads it, and
+  ``fence.proxy.async`` makes the ``cp.async`` writes visible to the tensor cores;
+* the epilogue converts the accumulators to the output type and stores them with guards.
+
+Facts used (PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
+Instructions"): the shared-memory matrix descriptor holds the start address ``>> 4`` in bits
+0-13, the leading-dimension byte offset ``>> 4`` in bits 16-29, the stride-dimension byte offset
+``>> 4`` in bits 32-45, the base offset in bits 49-51 and the swizzle mode in bits 62-63 (1 =
+128-byte swizzle); with 128-byte swizzling the 16-byte chunk ``c`` of row ``r`` of an 8-row
+atom (1024 bytes, aligned to 1024) lives at chunk ``c xor (r mod 8)``; for K-major operands the
+stride offset is the distance between 8-row groups (the leading offset is unused), for MN-major
+ones the leading offset is the distance between 64-element column blocks and the stride offset
+the distance between groups of 8 along K. The instruction needs the ``sm_90a`` target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ScheduleError
+from ..ir import expr as E
+from ..ir import stmt as S
+from ..ir.buffer import Buffer
+from ..ir.dtypes import INT32
+from ..ir.dtypes import dtype as as_dtype
+
+#: swizzle-mode codes of the descriptor's bits 62-63
+SWIZZLE_NONE, SWIZZLE_128B, SWIZZLE_64B, SWIZZLE_32B = 0, 1, 2, 3
+#: bytes of one 128-byte-swizzle atom (8 rows of 128 bytes); its start must be aligned to this
+ATOM = 1024
+BK = 64  # elements of K per staged chunk: one 128-byte row of 16-bit elements
+FALLBACK = "use the mma.sync path (tensorcore_matmul with an 'mma.*' intrinsic), which runs on sm_80 and newer"
+
+
+@dataclass(frozen=True)
+class WGTile:
+    """A wgmma GEMM tiling: ``warpgroups`` (1 or 2) of 64 rows each, ``bn`` columns (64, 128 or
+    256: the instruction's N), ``stages`` shared-memory slots, ``inflight`` wgmma groups left
+    pending per chunk (0 or 1)."""
+
+    warpgroups: int = 2
+    bn: int = 128
+    stages: int = 4
+    inflight: int = 1
+
+    @property
+    def bm(self) -> int:
+        """Rows of ``C`` per block."""
+        return 64 * self.warpgroups
+
+    @property
+    def threads(self) -> int:
+        """Threads per block."""
+        return 128 * self.warpgroups
+
+    def smem_bytes(self) -> int:
+        """Shared memory the staged slots take (plus one atom for aligning the base)."""
+        return (self.bm + self.bn) * BK * 2 * self.stages + ATOM
+
+    def check(self, smem_limit: int) -> str | None:
+        """Why this tiling is illegal, or None."""
+        if self.warpgroups not in (1, 2):
+            return f"{self.warpgroups} warpgroups (1 or 2)"
+        if self.bn not in (64, 128, 256):
+            return f"bn={self.bn} (64, 128 or 256)"
+        if self.inflight not in (0, 1) or not self.inflight + 2 <= self.stages <= 8:
+            return f"{self.stages} stages with {self.inflight} groups in flight (needs 2 + inflight to 8 stages)"
+        if self.smem_bytes() > smem_limit:
+            return f"the staged tiles need {self.smem_bytes()} bytes of shared memory, the limit is {smem_limit}"
+        return None
+
+
+# -- layouts (pure functions, unit-tested) ----------------------------------------------------------------
+def smem_descriptor(addr: int, lbo: int, sbo: int, swizzle: int = SWIZZLE_128B, base_offset: int = 0) -> int:
+    """The 64-bit wgmma shared-memory matrix descriptor of a matrix at shared address ``addr``
+    (bytes, 16-aligned) with leading/stride byte offsets ``lbo``/``sbo`` (multiples of 16)."""
+    if addr % 16 or lbo % 16 or sbo % 16:
+        raise ValueError("descriptor addresses and offsets are multiples of 16 bytes")
+    return (((addr & 0x3FFFF) >> 4) | ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32
+            | (base_offset & 7) << 49 | (swizzle & 3) << 62)
+
+
+def xor3(x: E.PrimExpr | int, y: E.PrimExpr | int) -> E.PrimExpr | int:
+    """``x xor y`` for ``0 <= x, y < 8``, written with ``//``, ``%``, ``+``, ``*`` (the loop IR has
+    no bitwise operators); works on ints and on expressions."""
+    out: E.PrimExpr | int = 0
+    for bit in (1, 2, 4):
+        out = out + ((x // bit + y // bit) % 2) * bit  # type: ignore[operator]
+    return out
+
+
+def swizzle128(row: int, chunk: int) -> int:
+    """Where 16-byte chunk ``chunk`` (0-7) of row ``row`` lands inside its 128-byte row."""
+    return chunk ^ (row % 8)
+
+
+def a_offset(row: int, k: int, elem_bytes: int = 2) -> int:
+    """Byte offset of ``A[row, k]`` (or of a K-major ``B[n, k]``) in a staged ``rows x 64`` tile."""
+    per = 16 // elem_bytes
+    return row * 128 + swizzle128(row, k // per) * 16 + (k % per) * elem_bytes
+
+
+def b_offset(k: int, n: int, elem_bytes: int = 2) -> int:
+    """Byte offset of ``B[k, n]`` in a staged N-major ``64 x bn`` tile: blocks of 64 columns
+    (8192 bytes each), each 64 rows of 128 swizzled bytes."""
+    per = 16 // elem_bytes
+    nb, nn = divmod(n, 64)
+    return nb * 64 * 128 + k * 128 + swizzle128(k, nn // per) * 16 + (nn % per) * elem_bytes
+
+
+def acc_coord(thread: int, reg: int) -> tuple[int, int]:
+    """``(row, col)`` of accumulator register ``reg`` of thread ``thread`` (0-127) of a
+    warpgroup for ``wgmma.mma_async.m64nNk16`` with f32 accumulators (PTX ISA, "Matrix Fragments
+    for wgmma.mma_async.m64nNk16", figure of the accumulator D: warp ``w`` holds rows ``16 w ..
+    16 w + 15``; in it, lane ``l`` holds row ``l / 4`` (+ 8 for registers 2, 3 of each group of
+    four) and columns ``8 (reg / 4) + 2 (l % 4) + reg % 2``)."""
+    warp, lane = divmod(thread, 32)
+    row = 16 * warp + lane // 4 + 8 * ((reg // 2) % 2)
+    col = 8 * (reg // 4) + 2 * (lane % 4) + reg % 2
+    return row, col
+
+
+# -- the kernel ------------------------------------------------------------------------------------------------
+def _call(op: str, *args: E.PrimExpr, dt: str = "int32") -> E.Call:
+    return E.Call(as_dtype(dt), op, tuple(args))
+
+
+def _ev(op: str, *args: E.PrimExpr) -> S.Stmt:
+    return S.Evaluate(_call(op, *args))
+
+
+def check_target(mcpu: str) -> None:
+    """Raise :class:`ScheduleError` unless ``mcpu`` is sm_90 or sm_90a (wgmma exists on Hopper
+    only, assembled for sm_90a)."""
+    if mcpu not in ("sm_90", "sm_90a"):
+        raise ScheduleError(f"wgmma.mma_async needs an sm_90 (Hopper, assembled as sm_90a) target, the target is "
+                            f"{mcpu}; {FALLBACK}")
+
+
+def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype: str | None = None,
+                    tile: WGTile | None = None, b_transposed: bool = False, name: str = "wgmma_gemm",
+                    target: str = "cuda -arch=sm_90", smem_limit: int = 227 * 1024) -> S.PrimFunc:
+    """The lowered function ``name(A, B, C)`` computing ``C = A @ B`` (see the module doc):
+    ``A`` is ``M x K``, ``B`` ``K x N`` (``N x K`` when ``b_transposed``), ``C`` ``M x N`` of
+    ``out_dtype`` (default float32). Any ``M``; ``K`` and ``N`` (``K`` only, when
+    ``b_transposed``) must be multiples of 8 (rows of whole 16-byte chunks). Raises
+    :class:`ScheduleError` for other types, sizes or an illegal tile."""
+    t = tile or WGTile()
+    if in_dtype not in ("float16", "bfloat16"):
+        raise ScheduleError(f"the wgmma GEMM multiplies float16 or bfloat16, not {in_dtype}; {FALLBACK}")
+    out_dtype = out_dtype or "float32"
+    why = t.check(smem_limit)
+    if why:
+        raise ScheduleError(f"wgmma GEMM tile {t}: {why}")
+    if K % 8 or (N % 8 and not b_transposed) or min(M, N, K) < 1:
+        raise ScheduleError(f"the wgmma GEMM stages 16-byte rows: K ({K}) and N ({N}, unless B is N x K) must be "
+                            f"multiples of 8; {FALLBACK}")
+    idt, odt = as_dtype(in_dtype), as_dtype(out_dtype)
+    A = Buffer("A", idt, (E.const(M), E.const(K)))
+    B = Buffer("B", idt, (E.const(N), E.const(K)) if b_transposed else (E.const(K), E.const(N)))
+    C = Buffer("C", odt, (E.const(M), E.const(N)))
+    bm, bn, nthr = t.bm, t.bn, t.threads
+    a_elems, b_elems = bm * BK, bn * BK
+    slot = a_elems + b_elems
+    smem = Buffer("wg_smem", idt, (E.const(slot * t.stages + ATOM // 2),), (), "shared")
+    acc = Buffer("wg_acc", as_dtype("float32"), (E.const(bn // 2),), (), "local")
+    nk = -(-K // BK)
+    P = t.stages - 1 - t.inflight  # chunks copied ahead
+
+    bx, by, tx = E.Var("bx", INT32), E.Var("by", INT32), E.Var("tx", INT32)
+    kc = E.Var("kc", INT32)
+    base = E.Var("wg_base", INT32)  # elements from smem[0] to the first 1024-aligned byte
+    m0, n0 = by * bm, bx * bn
+
+    def smem_ref(off: E.PrimExpr | int) -> E.BufferLoad:
+        return E.BufferLoad(smem, (base + off,), idt)
+
+    def copy16(dst_off: E.PrimExpr, buf: Buffer, src_idx: E.PrimExpr, ok: E.PrimExpr) -> S.Stmt:
+        size = E.select(ok, E.const(16), E.const(0))
+        src = E.BufferLoad(buf, (E.select(ok, src_idx, E.const(0)),), idt)
+        return _ev("tc.cp_async:16", smem_ref(dst_off), src, size)
+
+    def kmajor_copies(buf: Buffer, rows: int, row0: E.PrimExpr, nrows: int, k0: E.PrimExpr,
+                      dst0: E.PrimExpr) -> list[S.Stmt]:
+        out = []
+        c = tx % 8
+        for i in range(rows * 8 // nthr):
+            r = tx // 8 + i * (nthr // 8)
+            ok = E.logical_and(row0 + r < nrows, k0 + c * 8 < K)
+            out.append(copy16(dst0 + r * 64 + xor3(c, r % 8) * 8, buf, (row0 + r) * K + k0 + c * 8, ok))
+        return out
+
+    def nmajor_copies(k0: E.PrimExpr, dst0: E.PrimExpr) -> list[S.Stmt]:
+        out = []
+        per_row = bn // 8
+        cc = tx % per_row
+        c = cc % 8
+        for i in range(BK * per_row // nthr):
+            k = tx // per_row + i * (nthr // per_row)
+            ok = E.logical_and(k0 + k < K, n0 + cc * 8 < N)
+            dst = dst0 + (cc // 8) * 4096 + k * 64 + xor3(c, k % 8) * 8
+            out.append(copy16(dst, B, (k0 + k) * N + n0 + cc * 8, ok))
+        return out
+
+    def copy_chunk(j: E.PrimExpr) -> S.Stmt:
+        s0 = (j % t.stages) * slot
+        k0 = j * BK
+        items = kmajor_copies(A, bm, m0, M, k0, s0)
+        if b_transposed:
+            items += kmajor_copies(B, bn, n0, N, k0, s0 + a_elems)
+        else:
+            items += nmajor_copies(k0, s0 + a_elems)
+        return S.seq(*items)
+
+    commit = _ev("tc.cp_async_commit")
+    wg = tx // 128
+    trans_b = 0 if b_transposed else 1
+    instr = f"m64n{bn}k16.{'f16' if in_dtype == 'float16' else 'bf16'}.t{trans_b}"
+
+    def mma_chunk(j: E.PrimExpr) -> list[S.Stmt]:
+        s0 = (j % t.stages) * slot
+        out = [_ev("tc.wgmma_fence")]
+        for kk in range(BK // 16):
+            da = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + wg * 64 * 64 + kk * 16), dt="uint64")
+            if b_transposed:
+                db = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + a_elems + kk * 16), dt="uint64")
+            else:  # N-major: 64-column blocks 8192 bytes apart, groups of 8 k-rows 1024 bytes apart
+                db = _call("tc.wgmma_desc:8192:1024", smem_ref(s0 + a_elems + kk * 16 * 64), dt="uint64")
+            out.append(_ev(f"tc.wgmma:{instr}", E.BufferLoad(acc, (E.const(0),), acc.dtype), da, db))
+        out += [_ev("tc.wgmma_commit"), _ev(f"tc.wgmma_wait:{t.inflight}")]
+        return out
+
+    prologue = []
+    for s in range(P):
+        step = copy_chunk(E.const(s))
+        prologue += [step if s < nk else S.seq(), commit]
+    loop_body = S.seq(
+        _ev(f"tc.cp_async_wait:{P - 1}"), _ev("tc.fence_proxy_async"), _ev("gpu.barrier"),
+        S.IfThenElse(kc + P < nk, copy_chunk(kc + P)), commit,
+        *mma_chunk(kc),
+    )
+    main = S.For(kc, E.const(0), E.const(nk), S.ForKind.SERIAL, loop_body, "", ())
+    zero = [S.BufferStore(acc, E.const(0.0, "float32"), (E.const(r),)) for r in range(bn // 2)]
+    lane_t = tx % 128
+    epi = []
+    for r in range(bn // 2):
+        row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
+        col = n0 + 8 * (r // 4) + 2 * (lane_t % 4) + r % 2
+        v = E.BufferLoad(acc, (E.const(r),), acc.dtype)
+        val = v if odt == acc.dtype else E.cast(odt, v)
+        epi.append(S.IfThenElse(E.logical_and(row < M, col < N), S.BufferStore(C, val, (row * N + col,))))
+    body = S.seq(*zero, *prologue, main, _ev("tc.wgmma_wait:0"), _ev("tc.cp_async_wait:0"), *epi)
+    addr = _call("tc.shared_addr", E.BufferLoad(smem, (E.const(0),), idt))
+    pad = ((ATOM - addr % ATOM) % ATOM) // 2
+    kernel: S.Stmt = S.LetStmt(base, pad, S.Allocate(acc, body))
+    kernel = S.Allocate(smem, S.For(tx, E.const(0), E.const(nthr), S.ForKind.THREAD_BINDING, kernel, "threadIdx.x"))
+    kernel = S.For(by, E.const(0), E.const(-(-M // bm)), S.ForKind.THREAD_BINDING, kernel, "blockIdx.y")
+    kernel = S.For(bx, E.const(0), E.const(-(-N // bn)), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
+    return S.PrimFunc(name, [A, B, C], kernel, {"target": target})

@@ -1,0 +1,81 @@
+"""Hopper ``wgmma`` GEMMs (:func:`ember.strategy.tensorcore.wgmma_matmul`) run on an sm_90 GPU,
+checked against NumPy float64 on fresh random inputs, outputs poisoned (NaN), at sizes no tile
+divides (M, N, K not multiples of the block's 128 x bn x 64).
+
+Tolerance: float16 and bfloat16 products are exact in float32 and only the float32 accumulation
+rounds, so ``|C - ref| <= 2^-20 * (|A| @ |B|)`` (the same bound as the mma.sync tests; the
+reference multiplies the inputs as the device sees them); a float16 output adds its own rounding
+(``2^-11`` relative, bounded by ``2^-11 * (|A| @ |B|)``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember.lowering.wgmma import WGTile
+from ember.strategy.tensorcore import wgmma_matmul
+
+pytestmark = pytest.mark.gpu
+rng = np.random.default_rng()
+
+
+@pytest.fixture(scope="module")
+def hopper(cuda_dev):
+    """The device, or skip unless it is an sm_90 GPU (wgmma exists on Hopper only)."""
+    arch = cuda_dev.attributes["arch"]
+    if arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs an sm_90 GPU, this one is {arch}")
+    return cuda_dev
+
+
+def _seen(dt: str, x: np.ndarray) -> np.ndarray:
+    """The input as the instruction multiplies it, in float64."""
+    if dt == "bfloat16":
+        bits = ember.runtime.ndarray.float32_to_bfloat16_bits(x.astype(np.float32)).astype(np.uint32) << 16
+        return bits.view(np.float32).astype(np.float64)
+    return x.astype(np.float64)
+
+
+def _run(dev, tmp_path, M, N, K, dt, b_t, tile, out_dtype="float32"):
+    f = ember.build(wgmma_matmul(M, N, K, dt, out_dtype, tile, b_t, target="cuda -arch=sm_90"),
+                    target="cuda -arch=sm_90", cache_dir=tmp_path)
+    a = rng.standard_normal((M, K)).astype("float32")
+    b = rng.standard_normal((N, K) if b_t else (K, N)).astype("float32")
+    if dt == "float16":
+        a, b = a.astype("float16"), b.astype("float16")
+    c = ember.nd.array(np.full((M, N), np.nan, out_dtype), dev)
+    f(ember.nd.array(a, dev, dtype=dt), ember.nd.array(b, dev, dtype=dt), c)
+    a64, b64 = _seen(dt, a), _seen(dt, b)
+    if b_t:
+        b64 = b64.T
+    ref, bound = a64 @ b64, np.abs(a64) @ np.abs(b64)
+    got = c.numpy().astype(np.float64)
+    rel = 2.0**-20 + (2.0**-11 if out_dtype == "float16" else 0.0)
+    excess = np.abs(got - ref) - rel * bound
+    assert np.isfinite(got).all(), "NaN left in the output: an element was not written"
+    where = np.unravel_index(excess.argmax(), excess.shape)
+    assert excess.max() <= 0, f"max error {np.abs(got - ref).max()} beyond the bound at {where}"
+    return f
+
+
+@pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (200, 136, 104), (17, 24, 40), (300, 520, 4104)])
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("b_t", [False, True])
+def test_wgmma_gemm(hopper, tmp_path, M, N, K, dt, b_t):
+    _run(hopper, tmp_path, M, N, K, dt, b_t, None)
+
+
+TILES = [WGTile(2, 256, 4, 1), WGTile(1, 128, 3, 0), WGTile(2, 64, 2, 0), WGTile(1, 256, 4, 1), WGTile(1, 64, 3, 1)]
+
+
+@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("b_t", [False, True])
+def test_wgmma_tiles(hopper, tmp_path, tile, b_t):
+    _run(hopper, tmp_path, 333, 264, 520, "float16", b_t, tile)
+
+
+def test_wgmma_half_output_and_sass(hopper, tmp_path):
+    f = _run(hopper, tmp_path, 129, 200, 72, "float16", False, None, out_dtype="float16")
+    ptx = f.imported_modules[0].get_source("ptx")
+    assert ".target sm_90a" in ptx and "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in ptx

@@ -1,0 +1,129 @@
+"""The Hopper wgmma GEMM without a GPU: descriptor encoding, the 128-byte swizzle, the
+accumulator layout, the kernel's PTX (``.target sm_90a``, the instructions) and ptxas's
+acceptance, and the errors for targets and shapes it does not support.
+
+Sources of the expected values: PTX ISA 8.x, section "Asynchronous Warpgroup Level Matrix
+Multiply-Accumulate Instructions" (the matrix-descriptor format table; "Shared Memory Matrix
+Layout" with its swizzling modes; the wgmma .m64nNk16 accumulator-D fragment figure)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import ember
+from ember.backends.cuda.codegen import find_ptxas
+from ember.errors import EmberError, ScheduleError
+from ember.lowering.wgmma import (
+    ATOM,
+    SWIZZLE_128B,
+    WGTile,
+    a_offset,
+    acc_coord,
+    b_offset,
+    smem_descriptor,
+    swizzle128,
+    xor3,
+)
+from ember.strategy.tensorcore import wgmma_matmul
+
+
+def test_descriptor_fields():
+    d = smem_descriptor(0x1F400, 16, 1024, SWIZZLE_128B)
+    assert d & 0x3FFF == 0x1F400 >> 4  # bits 0-13: start address >> 4
+    assert (d >> 16) & 0x3FFF == 1  # bits 16-29: leading byte offset >> 4
+    assert (d >> 32) & 0x3FFF == 1024 >> 4  # bits 32-45: stride byte offset >> 4
+    assert (d >> 49) & 7 == 0  # bits 49-51: base offset
+    assert d >> 62 == 1  # bits 62-63: 1 = 128-byte swizzle
+    assert smem_descriptor(0, 8192, 1024, 0) == (512 << 16) | (64 << 32)
+    with pytest.raises(ValueError):
+        smem_descriptor(8, 16, 1024)
+
+
+def test_xor3_matches_xor():
+    for x, y in itertools.product(range(8), range(8)):
+        assert xor3(x, y) == x ^ y
+
+
+def test_swizzle_is_a_permutation_of_each_atom():
+    # 128-byte swizzle: 16-byte chunk c of row r goes to chunk c xor (r mod 8); every 8-row atom
+    # is a permutation of its 64 chunks, so a tile stays dense and conflict-free by rows.
+    for r in range(16):
+        assert sorted(swizzle128(r, c) for c in range(8)) == list(range(8))
+    for c in range(8):  # one chunk column of 8 rows hits 8 different 16-byte bank groups
+        assert sorted(swizzle128(r, c) for r in range(8)) == list(range(8))
+    offs = {a_offset(r, k) for r in range(128) for k in range(64)}
+    assert len(offs) == 128 * 64 and min(offs) == 0 and max(offs) == 128 * 128 - 2
+    assert a_offset(9, 8) == 9 * 128 + (1 ^ 1) * 16  # row 9 (r % 8 = 1), chunk 1
+    assert a_offset(3, 17) == 3 * 128 + (2 ^ 3) * 16 + 2
+
+
+def test_nmajor_layout():
+    offs = {b_offset(k, n) for k in range(64) for n in range(256)}
+    assert len(offs) == 64 * 256 and max(offs) == 64 * 256 * 2 - 2
+    # 64-column blocks are the leading-offset apart, 8-row groups of k the stride-offset apart
+    assert b_offset(0, 64) - b_offset(0, 0) == 8192
+    assert b_offset(8, 0) - b_offset(0, 0) == 1024
+    assert b_offset(1, 0) == 128 + 16  # row 1 swaps chunks 0 and 1
+
+
+def test_accumulator_layout_is_a_bijection():
+    for n in (64, 128, 256):
+        seen = {acc_coord(t, r) for t in range(128) for r in range(n // 2)}
+        assert seen == {(i, j) for i in range(64) for j in range(n)}
+    # the PTX figure: thread 0 holds (0, 0), (0, 1), (8, 0), (8, 1), then (0, 8)...
+    assert [acc_coord(0, r) for r in range(5)] == [(0, 0), (0, 1), (8, 0), (8, 1), (0, 8)]
+    assert acc_coord(37, 0) == (16 + 1, 2)  # warp 1, lane 5: row 16 + 5 // 4, column 2 * (5 % 4)
+
+
+def test_tile_checks():
+    assert WGTile().check(227 * 1024) is None
+    assert "shared memory" in WGTile(2, 256, 6, 1).check(227 * 1024)
+    assert WGTile(3).check(227 * 1024) is not None
+    assert WGTile(bn=96).check(227 * 1024) is not None
+    assert WGTile(stages=2, inflight=1).check(227 * 1024) is not None
+    assert WGTile().smem_bytes() % ATOM == 0
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+def test_non_hopper_target_is_refused(arch):
+    with pytest.raises(ScheduleError, match="wgmma.mma_async.*mma.sync"):
+        wgmma_matmul(256, 256, 256, target=f"cuda -arch={arch}")
+    with pytest.raises(ScheduleError, match="Hopper"):
+        wgmma_matmul(256, 256, 256, target="rocm -mcpu=gfx942")
+
+
+def test_unsupported_shapes_and_types():
+    with pytest.raises(ScheduleError, match="multiples of 8"):
+        wgmma_matmul(100, 100, 101)
+    with pytest.raises(ScheduleError, match="multiples of 8"):
+        wgmma_matmul(100, 101, 104)
+    wgmma_matmul(100, 101, 104, b_transposed=True)  # N x K rows: only K must be a multiple of 8
+    with pytest.raises(ScheduleError, match="float16 or bfloat16"):
+        wgmma_matmul(128, 128, 128, in_dtype="float32")
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
+@pytest.mark.parametrize("tile,b_t,dt", [(WGTile(), False, "float16"), (WGTile(2, 256, 4, 1), False, "bfloat16"),
+                                         (WGTile(1, 64, 3, 0), True, "float16")])
+def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
+    f = ember.build(wgmma_matmul(200, 136, 104, dt, "float32", tile, b_t), target="cuda -arch=sm_90",
+                    cache_dir=tmp_path)
+    dev = f.imported_modules[0]
+    ptx = dev.get_source("ptx")
+    ty = "f16" if dt == "float16" else "bf16"
+    assert ".target sm_90a" in ptx
+    issued = ptx.count(f"wgmma.mma_async.sync.aligned.m64n{tile.bn}k16.f32.{ty}.{ty}")
+    assert issued >= 4 and issued % 4 == 0  # four k16 steps per chunk of 64 (LLVM may peel the K loop)
+    for instr in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned",
+                  "fence.proxy.async.shared::cta", "cp.async.cg.shared.global"):
+        assert instr in ptx
+    log = dev.get_source("ptxas")
+    assert "sm_90a" in log and "spill stores" in log and " 0 bytes spill stores" in log
+
+
+def test_codegen_refuses_wgmma_below_sm90():
+    func = wgmma_matmul(128, 128, 128)
+    with pytest.raises(EmberError, match="sm_90"):
+        ember.build(func, target="cuda -arch=sm_80", use_cache=False)
