@@ -95,7 +95,9 @@ def test_a_wrong_dtype_names_the_input(rng) -> None:
 def test_input_shapes_still_fixes_the_shape(rng) -> None:
     m = graphs.conv_matmul_reshape(rng)
     model = ember.compile(m, input_shapes={"x": (2, 3, 4, 6)})
-    assert model.is_static and model.variants == [{"x": (2, 3, 4, 6)}]
+    assert model.is_static and model.variants == [{"x": (2, 3, 4, 6)}] and model.max_variants is None
+    with pytest.raises(EmberError, match="symbolic input dimensions only"):
+        model.max_variants = 4
     x = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
     np.testing.assert_allclose(model(x)[0], _ort(m).run(None, {"x": x})[0], rtol=1e-5, atol=1e-4)
     with pytest.raises(ArgumentError, match="compiled for"):
@@ -134,6 +136,7 @@ def test_save_and_load_keep_the_dynamic_dimensions(rng, tmp_path) -> None:
 
     model(**given(2, 5))
     model(**given(1, 7))
+    model.max_variants = 5
     path = tmp_path / "dyn.ember"
     model.save(path)
     with zipfile.ZipFile(path) as z:  # the weights both variants hold are stored once
@@ -142,7 +145,7 @@ def test_save_and_load_keep_the_dynamic_dimensions(rng, tmp_path) -> None:
     assert all(v["shared"] for v in desc["variants"])
     loaded = ember.load(path)
     assert [s.shape for s in loaded.inputs] == [("batch", "seq", 8), ("batch", "seq")]
-    assert loaded.variants == model.variants
+    assert loaded.variants == model.variants and loaded.max_variants == 5
     spec = loaded._specializer
     compiled_before = spec.compiles
     _check(loaded, sess, given(2, 5))  # a stored variant: no compile
