@@ -296,7 +296,7 @@ class ExpandRecurrent(Pass):
     """:func:`expand_recurrent` as a graph pass."""
 
     name = "ExpandRecurrent"
-    opt_level = 0
+    opt_level = 1  # an optimization: without it the unrolled operators compute the same values
     contract = (
         "needs a Graph with shapes inferred; gives one where LSTM/GRU/RNN nodes with constant weights are "
         "one input GEMM plus, per time step, a recurrent GEMM and a cell operator over state held in values"
