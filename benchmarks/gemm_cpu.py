@@ -6,7 +6,7 @@ packing of ``B`` is timed too (OpenBLAS packs both operands as well). ember and 
 timed in alternating rounds in one process (``common.interleaved``), so the ratio holds on a
 shared machine even when the absolute figures do not.
 
-Run: ``.venv/bin/python benchmarks/gemm_cpu.py`` (``--quick`` for one size). Writes
+Run: ``.venv/bin/python benchmarks/gemm_cpu.py`` (``--quick`` for one size, ``--threads N``). Writes
 ``benchmarks/results/gemm_cpu.json`` (with the CPU model and its vector features) and prints a
 table of GFLOP/s and ratios (OpenBLAS time / ember time: above 1 ember is faster), with the
 schedule point each size used. Also reports compile times of the vector add and the GEMM with
@@ -23,7 +23,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import interleaved, set_threads, table, write_result  # noqa: E402
 
-THREADS = len(os.sched_getaffinity(0))
+
+def _threads_arg() -> int:
+    """``--threads N`` (read before NumPy loads, which fixes OpenBLAS's threads); all cores of
+    this process by default."""
+    for k, a in enumerate(sys.argv):
+        if a == "--threads" and k + 1 < len(sys.argv) and sys.argv[k + 1].isdigit():
+            return int(sys.argv[k + 1])
+    return len(os.sched_getaffinity(0))
+
+
+THREADS = _threads_arg()
 set_threads(THREADS)
 
 import numpy as np  # noqa: E402
@@ -97,6 +107,9 @@ def main() -> None:
     """Run the benchmark."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="only 1024^3")
+    ap.add_argument("--threads", type=int, default=THREADS,
+                    help="threads for ember and OpenBLAS (default: all cores); results go to gemm_cpu_<N>t.json "
+                         "when it is not all cores")
     opts = ap.parse_args()
     sizes = [(1024, 1024, 1024)] if opts.quick else SIZES
     rng = np.random.default_rng(0)
@@ -139,7 +152,8 @@ def main() -> None:
     print(f"\ncompile time, cache off: vector add {ct['vector_add']:.3f} s, GEMM {ct['gemm_1024']:.3f} s")
     if not opts.quick:
         host = Target("llvm")
-        path = write_result("gemm_cpu", {"threads": THREADS, "blas": blas_info(), "cpu_model": cpu_model(),
+        name = "gemm_cpu" if THREADS == len(os.sched_getaffinity(0)) else f"gemm_cpu_{THREADS}t"
+        path = write_result(name, {"threads": THREADS, "blas": blas_info(), "cpu_model": cpu_model(),
                                          "vector_features": sorted(f for f in host.features if f in VECTOR_FEATURES),
                                          "rows": rows, "compile_time_s": ct})
         print(f"wrote {path}")
