@@ -47,7 +47,7 @@ from ember.torch_backend.export import GraphInputs, concrete, export_onnx  # noq
 from ember.torch_backend.runner import TorchRunner  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "torch_backend"))
-from nets import resnet18, small_bert  # noqa: E402
+from torch_nets import resnet18, small_bert  # noqa: E402
 
 
 def _capture(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[torch.fx.GraphModule, list[Any], float]:

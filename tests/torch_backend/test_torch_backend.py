@@ -21,7 +21,7 @@ import ember  # noqa: E402
 from ember.torch_backend import EagerFallbackWarning, from_torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from nets import SmallConvNet, randomize_bn, resnet18, small_bert  # noqa: E402
+from torch_nets import SmallConvNet, randomize_bn, resnet18, small_bert  # noqa: E402
 
 
 def close(got: torch.Tensor, want: torch.Tensor, rtol: float = 1e-4) -> None:

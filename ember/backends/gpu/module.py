@@ -12,6 +12,7 @@ device module: ``get_source("llvm" | "ptx" | "asm")`` and ``get_binary()``.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -105,7 +106,10 @@ class GPUFunction(Function):
 
     def __call__(self, *args: Any) -> None:
         spec = self._fast_spec
-        if spec is not None and len(args) == len(spec):
+        if spec is not None and args and len(args) == len(spec) and type(args[0]) is _torch_tensor_type():
+            if self._call_torch(args, spec):
+                return
+        elif spec is not None and len(args) == len(spec):
             env: dict[str, int] = {}
             ptrs = []
             dev = None
@@ -142,6 +146,55 @@ class GPUFunction(Function):
                         self._invoke_gpu(ptrs, scal)
                     return
         super().__call__(*args)  # the general path: converts DLPack inputs, names what is wrong
+
+    def _call_torch(self, args: tuple[Any, ...], spec: list[tuple[str, tuple[Any, ...]]]) -> bool:
+        """Launch with PyTorch CUDA tensors read in place (address, shape, dtype: no DLPack
+        capsule per call); True when launched. Every argument must be a contiguous
+        ``torch.Tensor`` of the parameter's dtype and shape on one CUDA device whose current
+        PyTorch stream is the legacy default stream (the one ember launches on without a stream
+        of its own); anything else returns False and the general path handles it (it converts
+        through DLPack, orders the streams and names what is wrong)."""
+        if self._kind != "cuda":
+            return False
+        tensor = _torch_tensor_type()
+        env: dict[str, int] = {}
+        ptrs = []
+        index = None
+        for a, (dt, dims) in zip(args, spec):
+            if type(a) is not tensor or not a.is_cuda or not a.is_contiguous() or str(a.dtype)[6:] != dt:
+                return False
+            shape = a.shape
+            if len(shape) != len(dims):
+                return False
+            i = a.device.index
+            if index is None:
+                index = i
+            elif i != index:
+                return False
+            for got, want in zip(shape, dims):
+                if want is None:
+                    continue
+                if want.__class__ is int:
+                    if got != want:
+                        return False
+                elif env.setdefault(want, got) != got:
+                    return False
+            ptrs.append(a.data_ptr())
+        if index is None or _torch_current_stream(index) != 0:
+            return False
+        drv = Device("cuda", index).driver()
+        if hasattr(drv, "current_stream") and drv.current_stream() is not None:
+            return False  # a stream of ember's own is set on this thread: the general path orders it
+        try:
+            scal = [env[n] for n in self._scal_names]
+        except KeyError:
+            return False
+        self._tls.index = index
+        if self._single:
+            self._launch_single(ptrs, scal)
+        else:
+            self._invoke_gpu(ptrs, scal)
+        return True
 
     def _launch_single(self, pointers: list[int], scalars: list[int]) -> None:
         for i in self._aligned:
@@ -289,3 +342,14 @@ class GPUHostModule(Module):
         return run
 
 
+def _torch_tensor_type() -> type | None:
+    """``torch.Tensor`` when PyTorch is already imported (ember never imports it), else None."""
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None) if torch is not None else None
+
+
+def _torch_current_stream(index: int) -> int:
+    """The handle of PyTorch's current CUDA stream on device ``index`` (0: the legacy default
+    stream), read through its raw getter; -1 when that getter is missing."""
+    getter = getattr(sys.modules["torch"]._C, "_cuda_getCurrentRawStream", None)
+    return int(getter(index)) if getter is not None else -1

@@ -84,7 +84,7 @@ def resnet18() -> tuple[nn.Module, str]:
 
         net, origin = torchvision.models.resnet18(weights=None), f"torchvision {torchvision.__version__}"
     except (ImportError, RuntimeError):  # not installed, or a build for another torch
-        net, origin = _ResNet18(), "tests/torch_backend/nets.py (torchvision's architecture)"
+        net, origin = _ResNet18(), "tests/torch_backend/torch_nets.py (torchvision's architecture)"
     return randomize_bn(net).eval(), origin
 
 
