@@ -20,7 +20,7 @@ import platform
 import sys
 import time
 
-from common import write_outputs
+from common import machine, write_outputs
 
 import ember
 from ember.lowering.wgmma import WGTile
@@ -61,7 +61,7 @@ def main() -> int:
     paths = args.paths.split(",")
     results: dict = {"device": attrs["device_name"], "arch": attrs["arch"], "torch": torch.__version__,
                      "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                     "timing": "median of triton.testing.do_bench (CUDA events)", "results": {}}
+                     "timing": "median of triton.testing.do_bench (CUDA events)", "host": machine(), "results": {}}
     lines = [f"# Tensor-core GEMM on {results['device']} ({results['arch']}), torch {results['torch']}", "",
              "| case | ember | cuBLAS | ember / cuBLAS | best tiling |", "| --- | --- | --- | --- | --- |"]
     wg_lines = ["", "Hopper wgmma path (`wgmma_matmul`; the table above is the best of the paths timed):", "",

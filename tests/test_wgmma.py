@@ -127,3 +127,25 @@ def test_codegen_refuses_wgmma_below_sm90():
     func = wgmma_matmul(128, 128, 128)
     with pytest.raises(EmberError, match="sm_90"):
         ember.build(func, target="cuda -arch=sm_80", use_cache=False)
+
+
+def _ops(func) -> set[str]:
+    from ember.ir import expr as E
+    from ember.ir.visitor import post_order_visit
+
+    found: set[str] = set()
+    post_order_visit(func.body, lambda n: found.add(n.op) if isinstance(n, E.Call) else None)
+    return found
+
+
+def test_tensorcore_gemm_picks_the_path_by_target():
+    from ember.strategy.tensorcore import tensorcore_gemm
+
+    on90 = _ops(tensorcore_gemm(300, 264, 520, "bfloat16", target="cuda -arch=sm_90"))
+    assert "tc.wgmma:m64n128k16.bf16.t1" in on90
+    on80 = _ops(tensorcore_gemm(300, 264, 520, "bfloat16", target="cuda -arch=sm_80"))
+    assert "tc.mma:mma.m16n8k16.bf16" in on80 and not any(o.startswith("tc.wgmma") for o in on80)
+    odd_k = _ops(tensorcore_gemm(300, 264, 517, "float16", target="cuda -arch=sm_90"))  # rows not 16-byte multiples
+    assert "tc.mma:mma.m16n8k16.f16" in odd_k and not any(o.startswith("tc.wgmma") for o in odd_k)
+    big = _ops(tensorcore_gemm(4096, 4096, 4096, target="cuda -arch=sm_90a", b_transposed=True))
+    assert "tc.wgmma:m64n256k16.f16.t0" in big

@@ -352,3 +352,51 @@ def wgmma_matmul(
     check_target(tgt.mcpu)
     return wgmma_gemm_func(M, N, K, in_dtype, out_dtype, tile, b_transposed, name, str(tgt),
                            tgt.max_shared_memory_per_block_optin)
+
+
+def default_wgmma_tile(M: int, N: int, sms: int = 132) -> WGTile:
+    """The wgmma tiling :func:`tensorcore_gemm` picks: 128 x 256 blocks, 4 stages, one group in
+    flight (the fastest measured at 4096^3 on the H100, ``benchmarks/tensorcore_bench.py``) when
+    they give every multiprocessor a block, else 128 x 128 (twice the blocks; not measured apart)."""
+    if -(-M // 128) * -(-N // 256) >= sms:
+        return WGTile(2, 256, 4, 1)
+    return WGTile(2, 128, 4, 1)
+
+
+def wgmma_applies(M: int, N: int, K: int, in_dtype: str, b_transposed: bool, target: Target) -> str | None:
+    """Why the wgmma path does not apply to this GEMM on ``target`` (None when it does)."""
+    if target.kind != "cuda" or target.mcpu not in ("sm_90", "sm_90a"):
+        return f"the target {target} is not sm_90"
+    if in_dtype not in ("float16", "bfloat16"):
+        return f"the inputs are {in_dtype}, wgmma here multiplies float16 or bfloat16"
+    if K % 8 or (N % 8 and not b_transposed):
+        return "K (and N, when B is K x N) must be multiples of 8"
+    return None
+
+
+def tensorcore_gemm(
+    M: int,
+    N: int,
+    K: int,
+    in_dtype: str = "float16",
+    out_dtype: str | None = None,
+    b_transposed: bool = False,
+    target: Target | str = "cuda",
+    name: str = "tc_gemm",
+) -> PrimFunc:
+    """The lowered function ``name(A, B, C)`` of ``C = A @ B`` on the best tensor-core path of
+    ``target`` (``"cuda"`` without ``-arch`` means this machine's GPU, sm_80 without one): the
+    Hopper ``wgmma`` kernel (:func:`wgmma_matmul`, :func:`default_wgmma_tile`) on sm_90 when
+    :func:`wgmma_applies`, else ``mma.sync`` (:func:`tensorcore_matmul`, default tiling). Inputs
+    float16 or bfloat16, float32 accumulation, ``C`` of ``out_dtype`` (default float32)."""
+    from ..backends import backend_for
+    from ..lowering.api import lower
+
+    tgt = backend_for(target).resolve(Target(target) if isinstance(target, str) else target)
+    if in_dtype not in ("float16", "bfloat16"):
+        raise ScheduleError(f"tensorcore_gemm multiplies float16 or bfloat16, not {in_dtype}")
+    if wgmma_applies(M, N, K, in_dtype, b_transposed, tgt) is None:
+        return wgmma_matmul(M, N, K, in_dtype, out_dtype, default_wgmma_tile(M, N), b_transposed, tgt, name)
+    intrin = "mma.m16n8k16.f16" if in_dtype == "float16" else "mma.m16n8k16.bf16"
+    s, args = tensorcore_matmul(M, N, K, intrin, out_dtype or "float32", b_transposed=b_transposed, target=tgt)
+    return lower(s, args, name, target=tgt)

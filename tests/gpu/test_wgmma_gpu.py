@@ -79,3 +79,18 @@ def test_wgmma_half_output_and_sass(hopper, tmp_path):
     f = _run(hopper, tmp_path, 129, 200, 72, "float16", False, None, out_dtype="float16")
     ptx = f.imported_modules[0].get_source("ptx")
     assert ".target sm_90a" in ptx and "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in ptx
+
+
+def test_tensorcore_gemm_on_this_gpu(hopper, tmp_path):
+    """``tensorcore_gemm`` with ``target="cuda"`` resolves this GPU's sm_90 and runs wgmma."""
+    from ember.strategy.tensorcore import tensorcore_gemm
+
+    M, N, K = 250, 136, 96
+    f = ember.build(tensorcore_gemm(M, N, K, "bfloat16", "float32", target="cuda"), target="cuda", cache_dir=tmp_path)
+    assert "wgmma.mma_async" in f.imported_modules[0].get_source("ptx")
+    a = rng.standard_normal((M, K)).astype("float32")
+    b = rng.standard_normal((K, N)).astype("float32")
+    c = ember.nd.array(np.full((M, N), np.nan, "float32"), hopper)
+    f(ember.nd.array(a, hopper, dtype="bfloat16"), ember.nd.array(b, hopper, dtype="bfloat16"), c)
+    a64, b64 = _seen("bfloat16", a), _seen("bfloat16", b)
+    assert (np.abs(c.numpy() - a64 @ b64) <= 2.0**-20 * (np.abs(a64) @ np.abs(b64))).all()
