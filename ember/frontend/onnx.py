@@ -168,18 +168,16 @@ def declared_inputs(m: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
                     ) -> list[tuple[str, tuple[Dim, ...], str]]:
     """Every tensor input of the ``ModelProto`` ``m`` (initializers excluded) as ``(name, dims,
     dtype)``, dims as :class:`SymbolicShapes` describes them; inputs that ``input_shapes`` names
-    get its sizes. Non-tensor inputs (sequences, optionals) are left out."""
+    get its sizes, and so do the dimensions of other inputs named by the same symbols (fixing
+    ``a: (batch, seq)`` to ``(2, 5)`` makes ``mask: (batch, seq)`` ``(2, 5)``). Non-tensor inputs
+    (sequences, optionals) are left out."""
     inits = {t.name for t in m.graph.initializer}
     shapes = dict(input_shapes or {})
-    out: list[tuple[str, tuple[Dim, ...], str]] = []
+    found: list[tuple[str, tuple[Dim, ...], str]] = []
     for vi in m.graph.input:
         if (vi.name in inits and vi.name not in shapes) or not vi.type.HasField("tensor_type"):
             continue
         tt = vi.type.tensor_type
-        dt = elem_dtype(tt.elem_type, f"input {vi.name}")
-        if vi.name in shapes:
-            out.append((vi.name, tuple(int(d) for d in shapes[vi.name]), dt))
-            continue
         dims: list[Dim] = []
         for k, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value") and d.dim_value >= 0:  # exporters write -1 for "unknown"
@@ -187,22 +185,37 @@ def declared_inputs(m: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
             else:
                 named = d.dim_param and d.dim_param != "?"  # Paddle writes "?" for every unknown size
                 dims.append(d.dim_param if named else f"{vi.name}[{k}]")
-        out.append((vi.name, tuple(dims), dt))
-    return out
+        found.append((vi.name, tuple(dims), elem_dtype(tt.elem_type, f"input {vi.name}")))
+    bound: dict[str, int] = {}
+    for name, dims, _ in found:
+        if name in shapes and len(shapes[name]) == len(dims):
+            bound.update({d: int(v) for d, v in zip(dims, shapes[name]) if isinstance(d, str)})
+    return [(name, tuple(int(v) for v in shapes[name]) if name in shapes else
+             tuple(bound.get(d, d) if isinstance(d, str) else d for d in dims), dt) for name, dims, dt in found]
 
 
-def _check_symbolic(m: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> None:
+def _proto_dims(m: Any, name: str) -> tuple[Dim, ...]:
+    """The declared dims of input ``name`` alone (no ``input_shapes`` applied)."""
+    return next(dims for n, dims, _ in declared_inputs(m) if n == name)
+
+
+def _check_symbolic(m: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> Mapping[str, Sequence[int]] | None:
     """Raise :class:`SymbolicShapes` when a tensor input keeps a symbolic dimension (after the
-    operators of the main graph are checked, so an unsupported model fails at compile time)."""
+    operators of the main graph are checked, so an unsupported model fails at compile time);
+    otherwise the input shapes to import with: ``input_shapes`` plus the inputs whose symbols it
+    fixed."""
     from .control_flow import CONTROL_OPS
 
     try:
         declared = declared_inputs(m, input_shapes)
     except UnsupportedOpError:
-        return  # the importer reports the type with the rest
+        return input_shapes  # the importer reports the type with the rest
     open_dims = [(n, dims) for n, dims, _ in declared if any(isinstance(d, str) for d in dims)]
     if not open_dims:
-        return
+        if not input_shapes:
+            return input_shapes
+        fixed = {n: dims for n, dims, _ in declared if n in input_shapes or dims != _proto_dims(m, n)}
+        return {**fixed, **input_shapes}  # type: ignore[dict-item]
     unsupported: dict[str, int] = {}
     for n in m.graph.node:
         key = _op_key(n)
@@ -226,7 +239,7 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     if validate:
         m = validate_model(expand_functions(m), input_shapes)  # (operators ONNX defines as functions: inlined)
         check_host_stages(m)  # strings, random draws, NonMaxSuppression: ember.host_stages runs those
-    _check_symbolic(m, input_shapes)
+    input_shapes = _check_symbolic(m, input_shapes)
     from .control_flow import expand_control_flow  # If/Loop/Scan, sequences, optionals: unrolled
 
     m = expand_control_flow(m, input_shapes)

@@ -30,7 +30,7 @@ def _ort(m):
 def _poison(model: ember.Model, given: dict[str, np.ndarray]) -> None:
     """Fill every planned buffer of the variant ``given`` selects (this thread's context) with NaN
     (float) or a sentinel (integers), so that a value a kernel fails to write shows."""
-    variant = model._specializer.variant_for(given)
+    variant = model if model.is_static else model._specializer.variant_for(given)
     if not variant.is_static:
         return
     for view in variant.context()._views.values():
@@ -318,3 +318,14 @@ def test_if_on_a_rate_input_selects_lstms_of_different_sizes(rng) -> None:
         want = sess.run(None, {"x": x, "rate": r})[0]
         assert got.shape == want.shape == (1, b, 24 if rate == 16000 else 8)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_input_shapes_for_some_inputs_fix_their_symbols_everywhere(rng) -> None:
+    m = graphs.two_inputs_shared_symbol(rng)
+    model, sess = ember.compile(m, input_shapes={"a": (2, 5, 8)}), _ort(m)
+    assert model.is_static and model.inputs[1].shape == (2, 5)  # mask's batch and seq are a's
+    compiled_for = r"input 'mask' has shape \(2, 6\), but the model was compiled for \(2, 5\)"
+    with pytest.raises(ArgumentError, match=compiled_for):
+        model(np.zeros((2, 5, 8), np.float32), np.zeros((2, 6), np.float32))
+    _check(model, sess, {"a": rng.standard_normal((2, 5, 8)).astype(np.float32),
+                         "mask": rng.uniform(0, 1, (2, 5)).astype(np.float32)})
