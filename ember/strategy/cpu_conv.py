@@ -10,7 +10,9 @@ a chain of vector FMAs with no packing of the input. The epilogue (bias, batch-n
 the weights, residual add, activation, clip — the fused consumers in the same blocked layout) is
 applied to the register block before its one store. :func:`schedule_dwconv_nchwc` does the same
 for a depthwise convolution (``tile_ow`` accumulators of one channel vector). Their knobs
-(:func:`conv_nchwc_space`): ``tile_ow``, ``tile_oc`` (direct only), ``unroll``; legal when the
+(:func:`conv_nchwc_space`): ``tile_ow``, ``tile_oh`` (output rows per block; default 1: two
+rows measured slower here, the larger block spilling), ``tile_oc`` (direct only), ``unroll``;
+legal when the
 accumulators, a weight vector per channel block and a broadcast fit the target's vector
 registers. The defaults: ``tile_oc = 2`` when the output-channel blocks pair up, ``tile_ow`` the
 largest of 8, 7, 6, 4 dividing the output width (else 8, with a tail), capped by the registers.
@@ -141,6 +143,7 @@ def schedule_conv_gemm(
 NCHWC_TAGS = ("conv_nchwc", "dwconv_nchwc")
 TILE_OW_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 28)
 TILE_OW_PREFERRED = (8, 7, 6, 4)
+TILE_OH_VALUES = (1, 2, 3, 4)
 
 
 def conv_nchwc_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
@@ -155,20 +158,22 @@ def conv_nchwc_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
     toc = 1 if depthwise or ob % 2 else 2
     space.define_knob("tile_oc", (1,) if depthwise else (1, 2, 3, 4), default=toc)
 
-    def need(oc: int, tw: int) -> int:
-        return oc * tw * vecs + oc * vecs + 1
+    def need(oc: int, tw: int, th: int = 1) -> int:
+        return oc * th * tw * vecs + oc * vecs + 1
 
     tw = next((t for t in TILE_OW_PREFERRED if ow % t == 0 and need(toc, t) <= nregs), None)
     if tw is None:
         tw = max(t for t in TILE_OW_VALUES if t <= max(1, min(ow, 8)) and need(toc, t) <= nregs)
     space.define_knob("tile_ow", TILE_OW_VALUES, default=tw)
+    space.define_knob("tile_oh", TILE_OH_VALUES, default=1)
     space.define_knob("unroll", (True, False), default=True)
 
     def registers(cfg: ConfigEntity) -> str | None:
-        n = need(cfg["tile_oc"].val, cfg["tile_ow"].val)
+        oc, th, tw_ = cfg["tile_oc"].val, cfg["tile_oh"].val, cfg["tile_ow"].val
+        n = need(oc, tw_, th)
         if n > nregs:
-            return (f"a {cfg['tile_oc'].val} x {cfg['tile_ow'].val} block of {vb}-channel vectors needs {n} vector "
-                    f"registers, the target has {nregs}")
+            return (f"a {oc} x {th} x {tw_} block of {vb}-channel vectors needs {n} vector registers, the target "
+                    f"has {nregs}")
         return None
 
     space.add_check(registers)
@@ -220,22 +225,25 @@ def schedule_conv_nchwc(
     out, acc = _store_stage(s, stage)
     n, o, oh, ow, k = out.op.axis
     oo, oi = out.split(o, factor=int(cfg["tile_oc"].val))
+    ho, hi = out.split(oh, factor=int(cfg["tile_oh"].val))
     wo, wi = out.split(ow, factor=int(cfg["tile_ow"].val))
-    out.reorder(n, oo, oh, wo, oi, wi, k)
-    out.parallel(out.fuse(n, oo, oh))
+    out.reorder(n, oo, ho, wo, oi, hi, wi, k)
+    out.parallel(out.fuse(n, oo, ho))
     out.vectorize(k)
     acc.compute_at(out, wo)
     an, ao, ah, aw, ak = acc.op.axis
     red = list(acc.op.reduce_axis)
     if op.tag == "dwconv_nchwc":
-        acc.reorder(an, ah, *red, ao, aw, ak)
+        acc.reorder(an, *red, ao, ah, aw, ak)
     else:
         rc, rr, rq, ri = red
-        acc.reorder(an, ah, rc, rr, rq, ri, ao, aw, ak)
+        acc.reorder(an, rc, rr, rq, ri, ao, ah, aw, ak)
     if cfg["unroll"].val:
         acc.unroll(ao)
+        acc.unroll(ah)
         acc.unroll(aw)
         out.unroll(oi)
+        out.unroll(hi)
         out.unroll(wi)
     acc.vectorize(ak)
     if handled is not None:

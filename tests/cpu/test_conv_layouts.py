@@ -325,3 +325,39 @@ def test_zero_pad_before_conv_folds_into_it(rng, value, second_reader, folded):
     xp = np.pad(x, ((0, 0), (0, 0), (1, 2), (2, 1)), constant_values=value)
     ref = conv2d_ref(xp, w, None, (2, 2), (1, 0, 0, 1))
     np.testing.assert_allclose(m(X=x)[0], ref, **TOL)
+
+
+def test_blocked_conv_knobs_are_checked_and_every_legal_point_computes_the_same(rng):
+    """The tuner's view (``Strategy.space``): the default point is legal, a register block too
+    large for the target is refused before anything is built, and other legal points (row
+    blocks, one channel vector, no unrolling) give the same result."""
+    from ember.errors import InvalidConfig
+
+    strategy = CPUStrategy("llvm")
+    lanes = strategy.target.vector_lanes(32)
+    x = rng.standard_normal((1, 2, 9, 11, lanes)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3, 3, lanes, lanes)).astype(np.float32)
+    xt = te.placeholder(x.shape, "float32", name="x")
+    wt = te.placeholder(w.shape, "float32", name="w")
+    (out,) = call(OpContext(CONV_NCHWC, {"pads": [1, 1, 1, 1]}, ["x", "w"], {}, 17, "n0", strategy=strategy), [xt, wt])
+    space = strategy.space([out])
+    assert space is not None and {"tile_oc", "tile_oh", "tile_ow", "unroll"} <= set(space.default.to_json()["knobs"])
+    from ember.strategy.space import ConfigEntity
+
+    big = ConfigEntity.from_json({"knobs": {"tile_oc": {"val": 4}, "tile_oh": {"val": 4}, "tile_ow": {"val": 28},
+                                            "unroll": {"val": True}}})
+    with pytest.raises(InvalidConfig, match="vector registers"):
+        strategy.schedule_group([out], config=big)
+    results = []
+    for knobs in ({}, {"tile_oc": 1, "tile_oh": 2, "tile_ow": 3, "unroll": False}, {"tile_oh": 3, "tile_ow": 2}):
+        j = space.default.to_json()
+        j.pop("index", None)
+        for k, v in knobs.items():
+            j["knobs"][k] = {"val": v}
+        s = strategy.schedule_group([out], config=space.from_json(j))
+        f = ember.build(s, [xt, wt, out], name="conv")
+        res = np.full([int(d.value) for d in out.shape], np.nan, np.float32)
+        f(x, w, res)
+        results.append(res)
+    for r in results[1:]:
+        np.testing.assert_allclose(r, results[0], rtol=1e-5, atol=1e-5)
