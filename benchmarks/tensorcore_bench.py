@@ -32,7 +32,8 @@ TILES = (TCTile(128, 128, 32, 64, 64), TCTile(128, 256, 32, 64, 128), TCTile(256
          TCTile(16, 64, 128, 16, 16))
 
 WG_TILES = (WGTile(2, 128, 4, 1), WGTile(2, 256, 3, 1), WGTile(2, 256, 4, 1), WGTile(2, 256, 4, 0),
-            WGTile(2, 128, 6, 1), WGTile(1, 256, 4, 1))
+            WGTile(2, 128, 6, 1), WGTile(1, 256, 4, 1), WGTile(2, 256, 4, 1, 8), WGTile(2, 256, 4, 1, 16),
+            WGTile(2, 128, 6, 1, 8))
 
 
 def bench(fn) -> float:
@@ -87,7 +88,7 @@ def main() -> int:
             odt = str(tdt).split(".")[-1]
             try:
                 if isinstance(tile, WGTile):
-                    key = f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}"
+                    key = f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}_g{tile.group_m}"
                     func = wgmma_matmul(M, N, K, odt, odt, tile, target=f"cuda -arch={attrs['arch']}",
                                         name=f"wg_{name}")
                     f = ember.build(func, target="cuda")

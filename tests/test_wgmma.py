@@ -84,6 +84,7 @@ def test_tile_checks():
     assert WGTile(bn=96).check(227 * 1024) is not None
     assert WGTile(stages=2, inflight=1).check(227 * 1024) is not None
     assert WGTile().smem_bytes() % ATOM == 0
+    assert WGTile(group_m=-1).check(227 * 1024) is not None
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
@@ -149,3 +150,24 @@ def test_tensorcore_gemm_picks_the_path_by_target():
     assert "tc.mma:mma.m16n8k16.f16" in odd_k and not any(o.startswith("tc.wgmma") for o in odd_k)
     big = _ops(tensorcore_gemm(4096, 4096, 4096, target="cuda -arch=sm_90a", b_transposed=True))
     assert "tc.wgmma:m64n256k16.f16.t0" in big
+
+
+def test_grouped_grid_and_bias_params():
+    f = wgmma_matmul(1000, 520, 64, "float16", "float16", WGTile(2, 128, 4, 1, 3), bias=True, relu=True)
+    assert [p.name for p in f.params] == ["A", "B", "bias", "C"]
+    if find_ptxas() is None:
+        pytest.skip("ptxas (CUDA toolkit) not found")
+    m = ember.build(f, target="cuda -arch=sm_90", use_cache=False)
+    assert "<<<(40, 1, 1), (256, 1, 1)" in m.get_source("host")  # 8 block rows x 5 block columns, one axis
+
+
+def test_grouped_order_covers_every_block_once():
+    # the block order of WGTile.group_m, evaluated in Python: every (row, column) block once
+    for mt, nt, g in ((8, 5, 3), (32, 16, 8), (7, 1, 4), (1, 9, 8)):
+        seen = set()
+        for lin in range(mt * nt):
+            per = g * nt
+            first = (lin // per) * g
+            size = min(mt - first, g)
+            seen.add((first + (lin % per) % size, (lin % per) // size))
+        assert seen == {(i, j) for i in range(mt) for j in range(nt)}

@@ -51,12 +51,15 @@ FALLBACK = "use the mma.sync path (tensorcore_matmul with an 'mma.*' intrinsic),
 class WGTile:
     """A wgmma GEMM tiling: ``warpgroups`` (1 or 2) of 64 rows each, ``bn`` columns (64, 128 or
     256: the instruction's N), ``stages`` shared-memory slots, ``inflight`` wgmma groups left
-    pending per chunk (0 or 1)."""
+    pending per chunk (0 or 1); ``group_m`` > 0 launches the blocks in groups of that many block
+    rows, column by column (blocks running together share tiles of A and B in L2), 0 as a plain
+    2-D grid."""
 
     warpgroups: int = 2
     bn: int = 128
     stages: int = 4
     inflight: int = 1
+    group_m: int = 0
 
     @property
     def bm(self) -> int:
@@ -80,6 +83,8 @@ class WGTile:
             return f"bn={self.bn} (64, 128 or 256)"
         if self.inflight not in (0, 1) or not self.inflight + 2 <= self.stages <= 8:
             return f"{self.stages} stages with {self.inflight} groups in flight (needs 2 + inflight to 8 stages)"
+        if self.group_m < 0:
+            return f"group_m={self.group_m} (0: a 2-D grid, or a positive number of block rows)"
         if self.smem_bytes() > smem_limit:
             return f"the staged tiles need {self.smem_bytes()} bytes of shared memory, the limit is {smem_limit}"
         return None
@@ -154,12 +159,15 @@ def check_target(mcpu: str) -> None:
 
 def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype: str | None = None,
                     tile: WGTile | None = None, b_transposed: bool = False, name: str = "wgmma_gemm",
-                    target: str = "cuda -arch=sm_90", smem_limit: int = 227 * 1024) -> S.PrimFunc:
+                    target: str = "cuda -arch=sm_90", smem_limit: int = 227 * 1024, bias: bool = False,
+                    relu: bool = False) -> S.PrimFunc:
     """The lowered function ``name(A, B, C)`` computing ``C = A @ B`` (see the module doc):
     ``A`` is ``M x K``, ``B`` ``K x N`` (``N x K`` when ``b_transposed``), ``C`` ``M x N`` of
     ``out_dtype`` (default float32). Any ``M``; ``K`` and ``N`` (``K`` only, when
-    ``b_transposed``) must be multiples of 8 (rows of whole 16-byte chunks). Raises
-    :class:`ScheduleError` for other types, sizes or an illegal tile."""
+    ``b_transposed``) must be multiples of 8 (rows of whole 16-byte chunks). With ``bias`` the
+    function is ``name(A, B, bias, C)`` and adds ``bias[n]`` (of ``C``'s type, added in float32)
+    to every row; ``relu`` then clamps at zero; the result is rounded once to ``C``'s type.
+    Raises :class:`ScheduleError` for other types, sizes or an illegal tile."""
     t = tile or WGTile()
     if in_dtype not in ("float16", "bfloat16"):
         raise ScheduleError(f"the wgmma GEMM multiplies float16 or bfloat16, not {in_dtype}; {FALLBACK}")
@@ -174,6 +182,7 @@ def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype
     A = Buffer("A", idt, (E.const(M), E.const(K)))
     B = Buffer("B", idt, (E.const(N), E.const(K)) if b_transposed else (E.const(K), E.const(N)))
     C = Buffer("C", odt, (E.const(M), E.const(N)))
+    bias_buf = Buffer("bias", odt, (E.const(N),)) if bias else None
     bm, bn, nthr = t.bm, t.bn, t.threads
     a_elems, b_elems = bm * BK, bn * BK
     slot = a_elems + b_elems
@@ -261,7 +270,12 @@ def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype
     for r in range(bn // 2):
         row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
         col = n0 + 8 * (r // 4) + 2 * (lane_t % 4) + r % 2
-        v = E.BufferLoad(acc, (E.const(r),), acc.dtype)
+        v: E.PrimExpr = E.BufferLoad(acc, (E.const(r),), acc.dtype)
+        if bias_buf is not None:
+            bv = E.BufferLoad(bias_buf, (col,), odt)
+            v = v + (bv if odt == acc.dtype else E.cast(acc.dtype, bv))
+        if relu:
+            v = E.max_expr(v, E.const(0.0, "float32"))
         val = v if odt == acc.dtype else E.cast(odt, v)
         epi.append(S.IfThenElse(E.logical_and(row < M, col < N), S.BufferStore(C, val, (row * N + col,))))
     body = S.seq(*zero, *prologue, main, _ev("tc.wgmma_wait:0"), _ev("tc.cp_async_wait:0"), *epi)
@@ -269,6 +283,18 @@ def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype
     pad = ((ATOM - addr % ATOM) % ATOM) // 2
     kernel: S.Stmt = S.LetStmt(base, pad, S.Allocate(acc, body))
     kernel = S.Allocate(smem, S.For(tx, E.const(0), E.const(nthr), S.ForKind.THREAD_BINDING, kernel, "threadIdx.x"))
-    kernel = S.For(by, E.const(0), E.const(-(-M // bm)), S.ForKind.THREAD_BINDING, kernel, "blockIdx.y")
-    kernel = S.For(bx, E.const(0), E.const(-(-N // bn)), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
-    return S.PrimFunc(name, [A, B, C], kernel, {"target": target})
+    mt, nt = -(-M // bm), -(-N // bn)
+    if t.group_m:
+        # block L of a 1-D grid: group g = L / (group_m nt) covers block rows g group_m ...;
+        # inside it, blocks go down the rows of one block column, then to the next column
+        lin = E.Var("blk", INT32)
+        per = t.group_m * nt
+        first = (lin // per) * t.group_m
+        size = E.min_expr(mt - first, t.group_m)
+        kernel = S.LetStmt(by, first + (lin % per) % size, S.LetStmt(bx, (lin % per) // size, kernel))
+        kernel = S.For(lin, E.const(0), E.const(mt * nt), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
+    else:
+        kernel = S.For(by, E.const(0), E.const(mt), S.ForKind.THREAD_BINDING, kernel, "blockIdx.y")
+        kernel = S.For(bx, E.const(0), E.const(nt), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
+    params = [A, B] + ([bias_buf] if bias_buf is not None else []) + [C]
+    return S.PrimFunc(name, params, kernel, {"target": target})

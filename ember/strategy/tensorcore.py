@@ -339,19 +339,23 @@ def wgmma_matmul(
     b_transposed: bool = False,
     target: Target | str = "cuda -arch=sm_90",
     name: str = "wgmma_gemm",
+    bias: bool = False,
+    relu: bool = False,
 ) -> PrimFunc:
     """The lowered function ``name(A, B, C)`` of ``C = A @ B`` on Hopper's ``wgmma.mma_async``
     (:mod:`ember.lowering.wgmma`; build it with ``ember.build(func, target=...)``): float16 or
     bfloat16 inputs, float32 accumulation, ``C`` of ``out_dtype`` (default float32); ``B`` is
     ``K x N`` (``N x K`` with ``b_transposed``). Any ``M``; ``K`` and ``N`` multiples of 8.
     Raises :class:`~ember.errors.ScheduleError` on a target other than sm_90/sm_90a (naming the
-    ``mma.sync`` fallback), for other types or sizes, or an illegal ``tile``."""
+    ``mma.sync`` fallback), for other types or sizes, or an illegal ``tile``. ``bias`` (an ``N``
+    vector of ``C``'s type, then the function is ``name(A, B, bias, C)``) and ``relu`` are fused
+    into the store."""
     tgt = Target(target) if isinstance(target, str) else target
     if tgt.kind != "cuda":
         raise ScheduleError(f"wgmma.mma_async is an NVIDIA Hopper instruction, the target is {tgt}")
     check_target(tgt.mcpu)
     return wgmma_gemm_func(M, N, K, in_dtype, out_dtype, tile, b_transposed, name, str(tgt),
-                           tgt.max_shared_memory_per_block_optin)
+                           tgt.max_shared_memory_per_block_optin, bias, relu)
 
 
 def default_wgmma_tile(M: int, N: int, sms: int = 132) -> WGTile:

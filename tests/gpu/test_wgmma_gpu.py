@@ -66,7 +66,8 @@ def test_wgmma_gemm(hopper, tmp_path, M, N, K, dt, b_t):
     _run(hopper, tmp_path, M, N, K, dt, b_t, None)
 
 
-TILES = [WGTile(2, 256, 4, 1), WGTile(1, 128, 3, 0), WGTile(2, 64, 2, 0), WGTile(1, 256, 4, 1), WGTile(1, 64, 3, 1)]
+TILES = [WGTile(2, 256, 4, 1), WGTile(1, 128, 3, 0), WGTile(2, 64, 2, 0), WGTile(1, 256, 4, 1), WGTile(1, 64, 3, 1),
+         WGTile(2, 128, 4, 1, 3), WGTile(2, 256, 4, 1, 8)]
 
 
 @pytest.mark.parametrize("tile", TILES)
@@ -94,3 +95,23 @@ def test_tensorcore_gemm_on_this_gpu(hopper, tmp_path):
     f(ember.nd.array(a, hopper, dtype="bfloat16"), ember.nd.array(b, hopper, dtype="bfloat16"), c)
     a64, b64 = _seen("bfloat16", a), _seen("bfloat16", b)
     assert (np.abs(c.numpy() - a64 @ b64) <= 2.0**-20 * (np.abs(a64) @ np.abs(b64))).all()
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+def test_wgmma_bias_relu(hopper, tmp_path, out_dtype):
+    """The fused epilogue: relu(A @ B + bias) rounded once to C's type."""
+    M, N, K = 301, 200, 136
+    f = ember.build(wgmma_matmul(M, N, K, "float16", out_dtype, WGTile(2, 128, 4, 1, 2), bias=True, relu=True,
+                                 target="cuda -arch=sm_90"), target="cuda -arch=sm_90", cache_dir=tmp_path)
+    a = rng.standard_normal((M, K)).astype("float16")
+    b = rng.standard_normal((K, N)).astype("float16")
+    bias = (4 * rng.standard_normal(N)).astype(out_dtype)
+    c = ember.nd.array(np.full((M, N), np.nan, out_dtype), hopper)
+    f(ember.nd.array(a, hopper), ember.nd.array(b, hopper), ember.nd.array(bias, hopper), c)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = np.maximum(a64 @ b64 + bias.astype(np.float64), 0.0)
+    bound = np.abs(a64) @ np.abs(b64) + np.abs(bias.astype(np.float64))
+    rel = 2.0**-20 + (2.0**-11 if out_dtype == "float16" else 0.0)
+    got = c.numpy().astype(np.float64)
+    assert (np.abs(got - ref) <= rel * bound).all()
+    assert (got == 0).any() and (got > 0).any()  # the clamp acted, and not everywhere
