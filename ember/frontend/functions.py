@@ -1,9 +1,9 @@
 """Operators ember has no kernel for but ONNX defines as a function of other operators (their
 schema's function body, or a body built for the node's attributes and input types, such as
 ``ai.onnx.preview.FlexAttention`` with its ``score_mod``/``prob_mod`` subgraphs) are replaced by
-that body before the model is validated and imported: the operators it is made of are compiled
-and fused like any others. A body is the specification's own definition of the operator, so the
-result is the operator's by construction.
+that body once the model is validated (validation accepts them in the main graph), before it is
+imported: the operators it is made of are compiled and fused like any others. A body is the
+specification's own definition of the operator, so the result is the operator's by construction.
 
 :func:`expand_functions` returns the model unchanged (the same object) when no node needs it, so
 a model of ember's own operators costs one scan of its nodes.
@@ -45,6 +45,13 @@ def _schema(node: Any, opsets: dict[str, int]) -> Any:
     except defs.SchemaError:
         return None
     return schema if schema.has_function or schema.has_context_dependent_function else None
+
+
+def defined_as_function(node: Any, opsets: dict[str, int]) -> bool:
+    """True when ONNX defines ``node``'s operator as a function of other operators at the model's
+    opset (``opsets``: domain -> version, ``""`` for the default domain): :func:`expand_functions`
+    inlines such a node of the main graph."""
+    return _schema(node, opsets) is not None
 
 
 def _body(node: Any, schema: Any, types: dict[str, Any]) -> Any:

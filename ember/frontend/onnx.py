@@ -237,7 +237,8 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     model that was validated whole, as the control-flow rewrite imports)."""
     m = load_model(model)
     if validate:
-        m = validate_model(expand_functions(m), input_shapes)  # (operators ONNX defines as functions: inlined)
+        m = validate_model(m, input_shapes)
+        m = expand_functions(m)  # operators ONNX defines as functions, inlined
         check_host_stages(m)  # strings, random draws, NonMaxSuppression: ember.host_stages runs those
     input_shapes = _check_symbolic(m, input_shapes)
     from .control_flow import expand_control_flow  # If/Loop/Scan, sequences, optionals: unrolled

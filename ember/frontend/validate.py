@@ -300,21 +300,25 @@ def _sorted_copy(m: Any, order: list[int]) -> Any:
 def _check_operators(m: Any) -> None:
     from ..ops.registry import lookup
     from .control_flow import CONTROL_OPS
+    from .functions import defined_as_function
     from .host_scan import ALWAYS_HOST
 
     unsupported: dict[str, int] = {}
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in m.opset_import}
 
-    def scan(g: Any) -> None:
+    def scan(g: Any, main: bool) -> None:
         for n in g.node:
             key = op_key(n)
             control = n.domain in ("", "ai.onnx") and n.op_type in CONTROL_OPS
             host = n.domain in ("", "ai.onnx", "ai.onnx.ml") and n.op_type in ALWAYS_HOST  # ember.host_stages
             if not control and not host and lookup(key) is None:
-                unsupported[key] = unsupported.get(key, 0) + 1
+                # an ONNX function in the main graph is inlined after validation (frontend/functions.py)
+                if not (main and defined_as_function(n, opsets)):
+                    unsupported[key] = unsupported.get(key, 0) + 1
             for _, sub in _subgraphs(n):
-                scan(sub)
+                scan(sub, False)
 
-    scan(m.graph)
+    scan(m.graph, True)
     if unsupported:
         raise UnsupportedOpError(unsupported)
 
