@@ -103,6 +103,8 @@ def test_unsupported_shapes_and_types():
     wgmma_matmul(100, 101, 104, b_transposed=True)  # N x K rows: only K must be a multiple of 8
     with pytest.raises(ScheduleError, match="float16 or bfloat16"):
         wgmma_matmul(128, 128, 128, in_dtype="float32")
+    with pytest.raises(ScheduleError, match="32-bit"):
+        wgmma_matmul(65536, 128, 32768)
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")

@@ -178,6 +178,9 @@ def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype
     if K % 8 or (N % 8 and not b_transposed) or min(M, N, K) < 1:
         raise ScheduleError(f"the wgmma GEMM stages 16-byte rows: K ({K}) and N ({N}, unless B is N x K) must be "
                             f"multiples of 8; {FALLBACK}")
+    if max(M * K, K * N, M * N) >= 2**31:
+        raise ScheduleError(f"the wgmma GEMM indexes with 32-bit integers: {M} x {N} x {K} has an operand of 2^31 "
+                            "elements or more; split the product")
     idt, odt = as_dtype(in_dtype), as_dtype(out_dtype)
     A = Buffer("A", idt, (E.const(M), E.const(K)))
     B = Buffer("B", idt, (E.const(N), E.const(K)) if b_transposed else (E.const(K), E.const(N)))
