@@ -11,6 +11,10 @@ all zero-padded, so the padding output channels come out zero (the invariant
 * ``ember.ConvNCHWc`` (X, W, B?) — a 2-D convolution, ``group == 1``:
   ``out[n, o, oh, ow, oi] = sum_{ic, r, q, ii} xpad[n, ic, oh*s0 + r*d0, ow*s1 + q*d1, ii] *
   w[o, ic, r, q, ii, oi] (+ b[o, oi])``.
+* ``ember.GlobalPoolNCHWc`` (X; attribute ``mode`` ``"avg"`` or ``"max"``) — ONNX
+  ``GlobalAveragePool`` / ``GlobalMaxPool`` over the spatial axes of a blocked tensor: ``[N, CB,
+  H, W, b] -> [N, CB, 1, 1, b]`` (zero padding channels stay zero), so a network's last
+  convolution stores blocked and only the pooled vector is converted back.
 * ``ember.DepthwiseConvNCHWc`` (X, W, B?) — one filter per channel (``group == C == M``):
   ``out[n, c, oh, ow, ci] = sum_{r, q} xpad[n, c, oh*s0 + r*d0, ow*s1 + q*d1, ci] *
   w[c, 0, r, q, ci] (+ b[c, ci])``.
@@ -31,11 +35,13 @@ from typing import Any
 from .. import te
 from ..te import Tensor
 from .nn import check_window, conv_pads
+from .reduce import reduce_tensor
 from .registry import OpContext, register
 from .util import compute, const_like, dtype_of, ints, shape, uname
 
 CONV_NCHWC = "ember.ConvNCHWc"
 DEPTHWISE_NCHWC = "ember.DepthwiseConvNCHWc"
+GLOBAL_POOL_NCHWC = "ember.GlobalPoolNCHWc"
 
 
 def _geometry(ctx: OpContext, x: Tensor, ksp: tuple[int, int]) -> tuple[list[int], list[int], list[int], list[int],
@@ -131,3 +137,19 @@ def depthwise_conv_nchwc(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None 
     attrs = {"strides": strides, "dilations": dil, "pads": (lo, hi)}
     out = compute((sx[0], sx[1], oh_, ow_, sx[4]), body, name=uname("dwconv_nchwc"), tag="dwconv_nchwc", attrs=attrs)
     return _with_bias(out, b)
+
+
+@register(GLOBAL_POOL_NCHWC, pattern="reduce")
+def global_pool_nchwc(ctx: OpContext, x: Tensor) -> Tensor:
+    """``ember.GlobalPoolNCHWc``: the mean (``mode="avg"``) or maximum (``"max"``) of X ``[N, CB,
+    H, W, b]`` over H and W, ``[N, CB, 1, 1, b]``."""
+    sx = shape(x)
+    mode = ctx.attr("mode", "avg")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if len(sx) != 5 or mode not in ("avg", "max"):
+        raise ctx.fail(f"X {sx} must be [N, CB, H, W, b] and mode 'avg' or 'max', got {mode!r}")
+    if mode == "max":
+        return reduce_tensor(x, [2, 3], True, te.max, name="gmaxpool_nchwc")
+    r = reduce_tensor(x, [2, 3], True, te.sum, name="gavg_sum_nchwc")
+    cnt = const_like(sx[2] * sx[3], dtype_of(x))
+    return compute(shape(r), lambda *i: r[i] / cnt, name=uname("gavgpool_nchwc"))

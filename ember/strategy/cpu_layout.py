@@ -10,6 +10,9 @@ with ``x`` the target's float32 vector width (16 with AVX-512, 8 with AVX2, 4 on
 at compile time. An input with fewer channels than ``x`` (an image's 3) is read as
 ``NCHW{C}c`` (one block, no padding) instead of being padded to ``x``.
 
+A global average or max pooling (a classifier's head) reads the blocked tensor too
+(``ember.GlobalPoolNCHWc``), so only the pooled vector is converted back.
+
 Everything else is left to the pass: the elementwise consumers (bias, residual add, ReLU,
 Clip...) run in the same blocked layout when that is exact, and layout transforms appear only
 where a node that is not placed (pooling, reshape, a grouped convolution) reads a blocked tensor.
@@ -17,7 +20,7 @@ where a node that is not placed (pooling, reshape, a grouped convolution) reads 
 
 from __future__ import annotations
 
-from ..ops.conv_nchwc import CONV_NCHWC, DEPTHWISE_NCHWC
+from ..ops.conv_nchwc import CONV_NCHWC, DEPTHWISE_NCHWC, GLOBAL_POOL_NCHWC
 from ..ops.layout_transform import LayoutSite, NodeLayouts, ValueLayout
 from ..target import Target
 
@@ -31,7 +34,15 @@ class CPULayoutPolicy:
 
     def layouts(self, site: LayoutSite) -> NodeLayouts | None:
         """``NodeLayouts`` placing a float32 2-D Conv with constant weights (``group == 1``, or
-        depthwise with one filter per channel) in ``NCHW{x}c``; None for every other node."""
+        depthwise with one filter per channel) and a float32 4-D global average or max pooling
+        in ``NCHW{x}c``; None for every other node."""
+        if site.op in ("GlobalAveragePool", "GlobalMaxPool"):
+            x = site.inputs[0] if site.inputs else None
+            if x is None or len(x.shape) != 4 or x.dtype != "float32":
+                return None
+            vl = ValueLayout.of("NCHW", f"NCHW{self.block}c")
+            mode = "avg" if site.op == "GlobalAveragePool" else "max"
+            return NodeLayouts([vl], [vl], op=GLOBAL_POOL_NCHWC, attrs={"mode": mode})
         if site.op != "Conv" or len(site.inputs) < 2:
             return None
         x, w = site.inputs[0], site.inputs[1]

@@ -361,3 +361,20 @@ def test_blocked_conv_knobs_are_checked_and_every_legal_point_computes_the_same(
         results.append(res)
     for r in results[1:]:
         np.testing.assert_allclose(r, results[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pool", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pool_reads_the_blocked_tensor(rng, pool):
+    """A network's head: the last convolution stays blocked and the pooling reads it
+    (``ember.GlobalPoolNCHWc``); only the pooled vector is converted back. 19 channels (padded)."""
+    w = rng.standard_normal((19, 6, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["X", "W"], ["c"], pads=[1, 1, 1, 1]), helper.make_node(pool, ["c"], ["Y"])]
+    g = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 6, 7, 9])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "W")])
+    m = ember.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert any("globalpoolnchwc" in s.get("func", "") for s in m.plan["steps"])
+    x = rng.standard_normal((2, 6, 7, 9)).astype(np.float32)
+    c = conv2d_ref(x, w, None, (1, 1), (1, 1, 1, 1))
+    ref = c.mean(axis=(2, 3), keepdims=True) if pool == "GlobalAveragePool" else c.max(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(m(X=x)[0], ref, **TOL)
