@@ -110,7 +110,8 @@ def test_rocm_device_without_hip_is_a_clear_error(rng):
     except ember.DeviceError:
         pass
     onnx_bytes, _ = mlp(rng)
-    with pytest.raises(ember.DeviceError, match=r"libamdhip64\.so.*not installed"):
+    # Without the HIP runtime, or with it but no AMD GPU (hipInit fails): both name what is missing.
+    with pytest.raises(ember.DeviceError, match=r"libamdhip64\.so.*not installed|hipInit failed"):
         ember.compile(onnx_bytes, target="rocm -mcpu=gfx90a", device=ember.rocm(1))
 
 
