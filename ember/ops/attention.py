@@ -73,15 +73,30 @@ def attention(
 
     k = te.reduce_axis((0, D), name="kd")
     acc = acc_dtype(dt)  # half inputs accumulate in float32
-    qk_acc = compute(
-        (B, QH, S, L),
-        lambda b, h, i, j: te.sum(
-            cast(Q[b, h, i, k.var] * const_like(sq, dt), acc)
-            * cast(pk[b, E.floordiv(h, rep) if rep > 1 else h, j, k.var] * const_like(sq, dt), acc),
-            axis=k,
-        ),
-        name=uname("attn_qk_acc"),
-    )
+    kv = (lambda h: E.floordiv(h, rep)) if rep > 1 else (lambda h: h)
+    # float32 with a float32 softmax: the products run as register-tiled matrix products (tag
+    # "matmul": the CPU strategy tiles rows by vectors of contiguous columns), K is transposed
+    # once so the scores' columns are contiguous, exp is taken once per score, and the
+    # normalisation divides the product by the row sum after it (no exp inside its reduction).
+    fast = dt == "float32" and sdt == dt
+    if fast:
+        kt = compute((B, KH, D, L), lambda b, h, d, j: pk[b, h, j, d] * const_like(sq, dt), name=uname("attn_kt"),
+                     materialize=True)
+        qk_acc = compute(
+            (B, QH, S, L),
+            lambda b, h, i, j: te.sum(Q[b, h, i, k.var] * const_like(sq, dt) * kt[b, kv(h), k.var, j], axis=k),
+            name=uname("attn_qk_acc"), tag="matmul",
+        )
+    else:
+        qk_acc = compute(
+            (B, QH, S, L),
+            lambda b, h, i, j: te.sum(
+                cast(Q[b, h, i, k.var] * const_like(sq, dt), acc)
+                * cast(pk[b, kv(h), j, k.var] * const_like(sq, dt), acc),
+                axis=k,
+            ),
+            name=uname("attn_qk_acc"),
+        )
     qk = compute((B, QH, S, L), lambda *i: cast(qk_acc[i], dt), name=uname("attn_qk"))
 
     def offset(b: Any) -> Any:
@@ -137,7 +152,8 @@ def attention(
         return te.if_then_else(mx[b, h, i] == ninf_s, zero_s, mx[b, h, i])
 
     ex = compute(
-        (B, QH, S, L), lambda b, h, i, j: te.exp(scores[b, h, i, j] - safe_max(b, h, i)), name=uname("attn_exp")
+        (B, QH, S, L), lambda b, h, i, j: te.exp(scores[b, h, i, j] - safe_max(b, h, i)), name=uname("attn_exp"),
+        materialize=fast,
     )
     js = te.reduce_axis((0, L), name="js")
     # a float16 sum accumulates in float32 and is rounded once, as the reference's NumPy sum
@@ -145,22 +161,34 @@ def attention(
         (B, QH, S), lambda b, h, i: te.sum(cast(ex[b, h, i, js.var], acc_dtype(sdt)), axis=js), name=uname("attn_sum")
     )
 
-    def prob(b: Any, h: Any, i: Any, j: Any) -> Any:
+    def denominator(b: Any, h: Any, i: Any) -> Any:
         s = cast(ssum[b, h, i], sdt)
-        p = ex[b, h, i, j] / te.if_then_else(s == zero_s, const_like(1, sdt), s)
+        return te.if_then_else(s == zero_s, const_like(1, sdt), s)
+
+    def prob(b: Any, h: Any, i: Any, j: Any) -> Any:
+        p = ex[b, h, i, j] / denominator(b, h, i)
         return cast(te.if_then_else(bmx[b, h, i] == neg_inf, zero_s, p), dt)
 
     probs = compute((B, QH, S, L), prob, name=uname("attn_probs"))
     jv = te.reduce_axis((0, L), name="jv")
-    y_acc = compute(
-        (B, QH, S, DV),
-        lambda b, h, i, d: te.sum(
-            cast(probs[b, h, i, jv.var], acc) * cast(pv[b, E.floordiv(h, rep) if rep > 1 else h, jv.var, d], acc),
-            axis=jv,
-        ),
-        name=uname("attn_y_acc"),
-    )
-    y = compute((B, QH, S, DV), lambda *i: cast(y_acc[i], dt), name=uname("attn_y"))
+    if fast:
+        y_acc = compute(
+            (B, QH, S, DV),
+            lambda b, h, i, d: te.sum(ex[b, h, i, jv.var] * pv[b, kv(h), jv.var, d], axis=jv),
+            name=uname("attn_y_acc"), tag="matmul",
+        )
+
+        def y_body(b: Any, h: Any, i: Any, d: Any) -> Any:
+            return te.if_then_else(bmx[b, h, i] == neg_inf, zero, y_acc[b, h, i, d] / denominator(b, h, i))
+
+        y = compute((B, QH, S, DV), y_body, name=uname("attn_y"))
+    else:
+        y_acc = compute(
+            (B, QH, S, DV),
+            lambda b, h, i, d: te.sum(cast(probs[b, h, i, jv.var], acc) * cast(pv[b, kv(h), jv.var, d], acc), axis=jv),
+            name=uname("attn_y_acc"),
+        )
+        y = compute((B, QH, S, DV), lambda *i: cast(y_acc[i], dt), name=uname("attn_y"))
     if three_d:
         y = compute(
             (B, S, QH * DV), lambda b, s, hd: y[b, E.floordiv(hd, DV), s, E.floormod(hd, DV)], name=uname("attn_y3")

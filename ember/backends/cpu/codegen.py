@@ -26,7 +26,9 @@ from ...ir.buffer import Buffer
 from ...ir.verify import verify
 from ...ir.visitor import free_vars
 from ...target import Target
+from . import dot4
 from .pool import SYMBOL as POOL_SYMBOL
+from .vexp import exp_f32
 
 
 class CodeGenCPU(CodeGenLLVM):
@@ -35,6 +37,29 @@ class CodeGenCPU(CodeGenLLVM):
     def __init__(self, target: Target, module_name: str = "ember"):
         super().__init__(target, module_name)
         self._parallel_depth = 0
+
+    def math_f32_or_f64(self, op: str, args: list[ir.Value], t: Any) -> ir.Value:
+        """float32 ``exp`` inline (:mod:`.vexp`: it vectorizes; LLVM would call ``expf`` per
+        lane), the rest as the shared code generator emits it."""
+        x = args[0]
+        elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+        if op == "exp" and isinstance(elem, ir.FloatType):
+            return exp_f32(self.builder, x, lambda v: self.llvm_intrinsic("rint", [v]))
+        return super().math_f32_or_f64(op, args, t)
+
+    def expr_Call(self, e: E.Call) -> ir.Value:
+        if e.op == dot4.OP:
+            acc, a, b = (self.expr(x) for x in e.args)
+            return dot4.emit(self.builder, self.intrinsic, self.target, acc, a, b)
+        return super().expr_Call(e)
+
+    def expr_Add(self, e: E.Add) -> ir.Value:
+        """``x + vpdpbusd(0, a, b)`` as one ``vpdpbusd`` accumulating into ``x`` (:mod:`.dot4`)."""
+        for acc, call in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(call, E.Call) and dot4.is_fusable(call):
+                a, b = (self.expr(x) for x in call.args[1:])
+                return dot4.emit(self.builder, self.intrinsic, self.target, self.expr(acc), a, b)
+        return super().expr_Add(e)
 
     def emit_parallel_loop(self, s: S.For) -> None:
         if self._parallel_depth > 0:
