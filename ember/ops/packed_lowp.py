@@ -47,24 +47,12 @@ def packed_product(
     nr = strategy.gemm_panel_width("float32")
     npanel = -(-N // nr)
     rows = int(np.prod(batch)) if batch else 1
-    bp = compute(
-        (npanel, K, nr),
-        lambda no, kk, ni: te.if_then_else(no * nr + ni < N, b_at(kk, E.min_expr(no * nr + ni, N - 1)),
-                                           const_like(0, acc)),
-        name=uname(name + "_pack"),
-        tag="gemm_pack",
-        attrs={"panel_axis": 0},
-        constant_layout=True,
-        workspace=True,
-    )
+    bp = pack_panels(npanel, K, nr, lambda no, kk, ni: te.if_then_else(
+        no * nr + ni < N, b_at(kk, E.min_expr(no * nr + ni, N - 1)), const_like(0, acc)), name)
     k = te.reduce_axis((0, K), name="k")
 
     def arow(r: Any) -> tuple[Any, ...]:
-        idx, rest = [], r
-        for d in reversed(batch):
-            idx.append(E.floormod(rest, d))
-            rest = E.floordiv(rest, d)
-        return tuple(reversed(idx))
+        return batch_index(batch, r)
 
     cv = compute(
         (rows, M, npanel * nr),
@@ -82,6 +70,23 @@ def packed_product(
         return cv[r, i[-2], i[-1]]
 
     return compute(batch + (M, N), view, name=uname(name))
+
+
+def pack_panels(npanel: int, K: int, nr: int, body: Callable[..., E.PrimExpr], name: str) -> Tensor:
+    """The right operand's column panels ``[npanel, K, nr]`` with ``body(panel, k, lane)`` (zeros
+    past the last column are the body's job): a workspace tagged ``"gemm_pack"`` that the CPU
+    strategy schedules as GEMM packing and that is folded at compile time for a constant."""
+    return compute((npanel, K, nr), body, name=uname(name + "_pack"), tag="gemm_pack", attrs={"panel_axis": 0},
+                   constant_layout=True, workspace=True)
+
+
+def batch_index(batch: tuple[int, ...], r: Any) -> tuple[Any, ...]:
+    """The index into ``batch`` of the flattened (row-major) batch row ``r``."""
+    idx, rest = [], r
+    for d in reversed(batch):
+        idx.append(E.floormod(rest, d))
+        rest = E.floordiv(rest, d)
+    return tuple(reversed(idx))
 
 
 def wide_copy(a: Tensor, body: Callable[..., E.PrimExpr], name: str) -> Tensor:

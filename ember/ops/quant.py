@@ -29,6 +29,7 @@ from .nn import conv_pads, conv_tensor
 from .packed_lowp import packed_product, wide_copy
 from .registry import NeedValue, OpContext, register
 from .util import bcast_load, broadcast_shapes, cast, compute, dtype_of, ints, norm_axis, shape, uname
+from .vnni import has_vnni, vnni_product
 
 _RANGES = {
     "uint8": (0, 255),
@@ -300,6 +301,37 @@ def _matmul_zp(ctx: OpContext, t: Tensor, zp: Tensor | None, row: bool) -> Loade
     return lambda i: zp[i[ax]]
 
 
+def _byte_offsets(a: Tensor, b: Tensor) -> tuple[int, int]:
+    """What turns the operands into ``vpdpbusd``'s bytes: ``a + offa`` is unsigned (128 for
+    int8), ``b - offb`` signed (128 for uint8)."""
+    return (128 if dtype_of(a) == "int8" else 0), (128 if dtype_of(b) == "uint8" else 0)
+
+
+def _matmul_vnni(ctx: OpContext, a: Tensor, b: Tensor, az: Loader | None, bz: Loader | None) -> Tensor:
+    """MatMulInteger of a 2-D ``b`` on VNNI (:func:`ember.ops.vnni.vnni_product`): ``a - az`` is
+    ``(a + offa) - (az + offa)``, ``b - bz`` is ``(b - offb) - (bz - offb)``."""
+    sa, sb = shape(a), shape(b)
+    offa, offb = _byte_offsets(a, b)
+    i32 = "int32"
+
+    def au(li: tuple[Any, ...], m: Any, k: Any) -> E.PrimExpr:
+        return cast(a[tuple(li) + (m, k)], i32) + offa
+
+    def bs(k: Any, n: Any) -> E.PrimExpr:
+        return cast(b[k, n], i32) - offb
+
+    def ca(li: tuple[Any, ...], m: Any) -> E.PrimExpr:
+        z = cast(az(tuple(li) + (m, 0)), i32) if az is not None else E.const(0, i32)
+        return z + offa
+
+    def cb(n: Any) -> E.PrimExpr:
+        z = cast(bz((0, n)), i32) if bz is not None else E.const(0, i32)
+        return z - offb
+
+    return vnni_product(au, bs, ca if az is not None or offa else None, cb if bz is not None or offb else None,
+                        sa[:-2], sa[-2], sa[-1], sb[1], ctx.strategy, "mmi_vnni")
+
+
 @register("MatMulInteger", pattern="reduce")
 def matmul_integer(
     ctx: OpContext, a: Tensor, b: Tensor, azp: Tensor | None = None, bzp: Tensor | None = None
@@ -311,6 +343,8 @@ def matmul_integer(
             raise ctx.fail(f"{what} has type {dtype_of(zp)} but its operand is {dtype_of(t)}: they must be the same")
     az, bz = _matmul_zp(ctx, a, azp, True), _matmul_zp(ctx, b, bzp, False)
     sa, sb = shape(a), shape(b)
+    if len(sa) >= 2 and len(sb) == 2 and sa[-1] == sb[0] and sa[-1] >= 4 and sb[1] >= 16 and has_vnni(ctx.strategy):
+        return _matmul_vnni(ctx, a, b, az, bz)
     if len(sa) >= 2 and len(sb) == 2 and sa[-1] == sb[0] and sa[-1] >= 4 and sb[1] >= 16:
         # the packed GEMM: B - b_zero_point packed as int32 panels, A - a_zero_point read as int32
         lead = sa[:-2]
