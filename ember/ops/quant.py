@@ -478,42 +478,91 @@ def _conv2d_int_packed(
     lo: list[int],
     hi: list[int],
 ) -> Tensor:
-    """The int32 2-D convolution (group 1) on the packed GEMM: the image minus its zero point as an
-    int32 im2col matrix ``[N, OH*OW, C*KH*KW]`` (a workspace; padding reads 0, which is the zero
-    point shifted away), the weights minus theirs packed as int32 panels (at compile time), plus
-    the int32 bias."""
+    """The int32 2-D convolution (group 1) on the packed GEMM, plus the int32 bias: an im2col
+    matrix ``[N, OH*OW, C*KH*KW]`` (a workspace) times the weights packed in panels (at compile
+    time), as 4-byte words on ``vpdpbusd`` where the target has VNNI
+    (:func:`_conv_gemm_vnni`), as int32 values otherwise (:func:`_conv_gemm_int32`)."""
     N, C, H, W = shape(x)
     M, _, KH, KW = shape(w)
     OH = (H + lo[0] + hi[0] - ((KH - 1) * dil[0] + 1)) // strides[0] + 1
     OW = (W + lo[1] + hi[1] - ((KW - 1) * dil[1] + 1)) // strides[1] + 1
     K = C * KH * KW
-    zero = E.const(0, "int32")
 
-    def patch(n: Any, p: Any, k: Any) -> E.PrimExpr:
+    def x_at(n: Any, p: Any, k: Any) -> tuple[E.PrimExpr, E.PrimExpr]:
+        """(whether tap ``k`` of output pixel ``p`` is inside the image, its value as int32)."""
         c, r, q = E.floordiv(k, KH * KW), E.floormod(E.floordiv(k, KW), KH), E.floormod(k, KW)
         ih = E.floordiv(p, OW) * strides[0] + r * dil[0] - lo[0]
         iw = E.floormod(p, OW) * strides[1] + q * dil[1] - lo[1]
         inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        v = cast(x[n, c, E.max_expr(E.min_expr(ih, H - 1), 0), E.max_expr(E.min_expr(iw, W - 1), 0)], "int32")
-        if xzp is not None:
-            v = v - cast(_scalar(xzp), "int32")
-        return te.if_then_else(inside, v, zero)
+        return inside, cast(x[n, c, E.max_expr(E.min_expr(ih, H - 1), 0), E.max_expr(E.min_expr(iw, W - 1), 0)],
+                            "int32")
 
-    cols = compute((N, OH * OW, K), patch, name=uname("qconv_im2col"), materialize=True, workspace=True)
+    def w_idx(k: Any, m: Any) -> tuple[Any, ...]:
+        return (m, E.floordiv(k, KH * KW), E.floormod(E.floordiv(k, KW), KH), E.floormod(k, KW))
 
-    def b_at(k: Any, m: Any) -> E.PrimExpr:
-        idx = (m, E.floordiv(k, KH * KW), E.floormod(E.floordiv(k, KW), KH), E.floormod(k, KW))
-        v = cast(w[idx], "int32")
-        return v - cast(wl(idx), "int32") if wl is not None else v
-
-    acc = packed_product(lambda li, p, k: cols[li[0], p, k], b_at, (N,), OH * OW, K, M, "int32", ctx.strategy,
-                         "qconv")
+    if has_vnni(ctx.strategy):
+        acc = _conv_gemm_vnni(ctx, x, w, xzp, wl, x_at, w_idx, N, OH * OW, K, M)
+    else:
+        acc = _conv_gemm_int32(ctx, x_at, w, xzp, wl, w_idx, N, OH * OW, K, M)
 
     def out(n: Any, m: Any, oh: Any, ow: Any) -> E.PrimExpr:
         v = acc[n, oh * OW + ow, m]
         return v + b32[m] if b32 is not None else v
 
     return compute((N, M, OH, OW), out, name=uname("qconv"))
+
+
+PatchAt = Callable[[Any, Any, Any], tuple[E.PrimExpr, E.PrimExpr]]
+WeightIndex = Callable[[Any, Any], tuple[Any, ...]]
+
+
+def _conv_gemm_int32(
+    ctx: OpContext, x_at: PatchAt, w: Tensor, xzp: Tensor | None, wl: Loader | None, w_idx: WeightIndex,
+    N: int, P: int, K: int, M: int,
+) -> Tensor:
+    """``[N, P, M]``: the image minus its zero point as an int32 im2col workspace (padding reads
+    0, the zero point shifted away) times the weights minus theirs as int32 panels."""
+    zero = E.const(0, "int32")
+
+    def patch(n: Any, p: Any, k: Any) -> E.PrimExpr:
+        inside, v = x_at(n, p, k)
+        if xzp is not None:
+            v = v - cast(_scalar(xzp), "int32")
+        return te.if_then_else(inside, v, zero)
+
+    cols = compute((N, P, K), patch, name=uname("qconv_im2col"), materialize=True, workspace=True)
+
+    def b_at(k: Any, m: Any) -> E.PrimExpr:
+        v = cast(w[w_idx(k, m)], "int32")
+        return v - cast(wl(w_idx(k, m)), "int32") if wl is not None else v
+
+    return packed_product(lambda li, p, k: cols[li[0], p, k], b_at, (N,), P, K, M, "int32", ctx.strategy, "qconv")
+
+
+def _conv_gemm_vnni(
+    ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None, wl: Loader | None, x_at: PatchAt,
+    w_idx: WeightIndex, N: int, P: int, K: int, M: int,
+) -> Tensor:
+    """``[N, P, M]`` on VNNI (:func:`ember.ops.vnni.vnni_product`): the image's patches as
+    unsigned bytes (padding reads the shifted zero point, so it contributes nothing), the weights
+    as signed bytes in panels, the zero points as the product's offsets."""
+    offa, offb = _byte_offsets(x, w)
+    i32 = "int32"
+    ca_val = (cast(_scalar(xzp), i32) if xzp is not None else E.const(0, i32)) + offa
+
+    def au(li: tuple[Any, ...], p: Any, k: Any) -> E.PrimExpr:
+        inside, v = x_at(li[0], p, k)
+        return te.if_then_else(inside, v + offa, ca_val)
+
+    def bs(k: Any, m: Any) -> E.PrimExpr:
+        return cast(w[w_idx(k, m)], i32) - offb
+
+    def cb(m: Any) -> E.PrimExpr:
+        z = cast(wl((m, 0, 0, 0)), i32) if wl is not None else E.const(0, i32)
+        return z - offb
+
+    return vnni_product(au, bs, (lambda li, p: ca_val) if xzp is not None or offa else None,
+                        cb if wl is not None or offb else None, (N,), P, K, M, ctx.strategy, "qconv_vnni")
 
 
 @register("ConvInteger", pattern="reduce")

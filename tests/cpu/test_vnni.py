@@ -77,14 +77,13 @@ CASES = [
 
 
 @pytest.mark.parametrize("adt,bdt", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8"), ("int8", "uint8")])
-@pytest.mark.parametrize("case", range(len(CASES)))
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=icelake-server", "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("target,case", [("llvm", c) for c in range(len(CASES))]
+                         + [(t, c) for t in ("llvm -mcpu=icelake-server", "llvm -mcpu=haswell") for c in (1, 2)])
 def test_matmul_integer_exact(adt: str, bdt: str, case: int, target: str) -> None:
+    """The host runs every case, the explicit targets two of them."""
     if not _can_run(target):
         pytest.skip(f"this CPU cannot run code for {target}")
     a_shape, b_shape, azp_shape, bzp_shape = CASES[case]
-    if target != "llvm" and case not in (1, 2):
-        pytest.skip("the explicit targets run two of the cases (the host runs all)")
     rng = np.random.default_rng(case * 7 + len(adt + bdt))
     f, phs, ins, out = _build_mmi(target, a_shape, b_shape, adt, bdt, azp_shape, bzp_shape)
     extreme = case == 3  # all bytes at their type's limits: the largest partial sums
@@ -159,3 +158,69 @@ def test_dot4_call_semantics_scalar() -> None:
     au = a.view(np.uint8).reshape(n, 4).astype(np.int64)
     bs = b.view(np.int8).reshape(n, 4).astype(np.int64)
     np.testing.assert_array_equal(out, 5 + (au * bs).sum(axis=1))
+
+
+# -- convolutions ---------------------------------------------------------------------------------
+_ONNX = {"uint8": 2, "int8": 3}
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, stride, pads) -> np.ndarray:
+    """int64 convolution of NCHW ``x`` (already shifted by its zero point) with MCKK ``w``,
+    zero padding (t, l, b, r)."""
+    N, C, H, W = x.shape
+    M, _, KH, KW = w.shape
+    xp = np.zeros((N, C, H + pads[0] + pads[2], W + pads[1] + pads[3]), np.int64)
+    xp[:, :, pads[0]:pads[0] + H, pads[1]:pads[1] + W] = x
+    OH = (xp.shape[2] - KH) // stride[0] + 1
+    OW = (xp.shape[3] - KW) // stride[1] + 1
+    out = np.zeros((N, M, OH, OW), np.int64)
+    for r in range(KH):
+        for q in range(KW):
+            patch = xp[:, :, r: r + stride[0] * OH: stride[0], q: q + stride[1] * OW: stride[1]]
+            out += np.einsum("nchw,mc->nmhw", patch, w[:, :, r, q])
+    return out
+
+
+@pytest.mark.parametrize("xdt,wdt", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8"), ("int8", "uint8")])
+@pytest.mark.parametrize("zps", [False, True])
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_conv_integer_exact(xdt: str, wdt: str, zps: bool, target: str) -> None:
+    """ConvInteger (pads reading the image's zero point, strides, K = 5*3*3 = 45 not a multiple
+    of 4, 19 output channels) against the int64 reference, with and without zero points (per
+    output channel for the weights)."""
+    from onnx import helper as oh
+    from onnx import numpy_helper as nh
+
+    if not _can_run(target):
+        pytest.skip(f"this CPU cannot run code for {target}")
+    rng = np.random.default_rng(len(xdt + wdt) + zps)
+    x = _rand(rng, (2, 5, 11, 9), xdt)
+    w = _rand(rng, (19, 5, 3, 3), wdt)
+    consts = {"w": w}
+    names = ["x", "w"]
+    xz, wz = np.int64(0), np.zeros(19, np.int64)
+    if zps:
+        consts["xz"], consts["wz"] = _rand(rng, (), xdt), _rand(rng, (19,), wdt)
+        names += ["xz", "wz"]
+        xz, wz = consts["xz"].astype(np.int64), consts["wz"].astype(np.int64)
+    node = oh.make_node("ConvInteger", names, ["y"], strides=[2, 1], pads=[1, 0, 1, 2])
+    g = oh.make_graph([node], "c", [oh.make_tensor_value_info("x", _ONNX[xdt], list(x.shape))],
+                      [oh.make_tensor_value_info("y", 6, None)], [nh.from_array(v, k) for k, v in consts.items()])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 21)])
+    m.ir_version = 10
+    out = ember.compile(m, target=target, use_cache=False)(x=x)
+    got = np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
+    ref = _conv_ref(x.astype(np.int64) - xz, w.astype(np.int64) - wz[:, None, None, None], (2, 1), (1, 0, 1, 2))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("target, vnni", [("llvm -mcpu=haswell", False), ("llvm -mcpu=icelake-server", True)])
+def test_conv_integer_picks_vnni_by_target(target: str, vnni: bool) -> None:
+    strategy = CPUStrategy(target)
+    x = te.placeholder((1, 8, 9, 9), "uint8", name="x")
+    w = te.placeholder((32, 8, 3, 3), "int8", name="w")
+    (out,) = call(OpContext("ConvInteger", {"pads": [1, 1, 1, 1]}, ["x", "w"], {}, 21, "n0", strategy=strategy),
+                  [x, w])
+    asm = ember.build(strategy.schedule_group([out]), [x, w, out], target=target, name="convi").get_source("asm")
+    assert ("vpdpbusd" in asm) == vnni
