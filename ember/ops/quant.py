@@ -543,26 +543,30 @@ def _conv_gemm_vnni(
     ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None, wl: Loader | None, x_at: PatchAt,
     w_idx: WeightIndex, N: int, P: int, K: int, M: int,
 ) -> Tensor:
-    """``[N, P, M]`` on VNNI (:func:`ember.ops.vnni.vnni_product`): the image's patches as
-    unsigned bytes (padding reads the shifted zero point, so it contributes nothing), the weights
-    as signed bytes in panels, the zero points as the product's offsets."""
-    offa, offb = _byte_offsets(x, w)
+    """``[N, P, M]`` on VNNI (:func:`ember.ops.vnni.vnni_product`) as the product ``[M, N * P]``
+    of the weights (unsigned bytes, broadcast) with the image's patches packed in panels of
+    pixels (signed bytes; padding reads the shifted zero point, so it contributes nothing):
+    the panels' pixels are contiguous in the image and the product's rows are the output's
+    channels, so neither the packing nor the output is a transposition."""
+    offw, offx = _byte_offsets(w, x)
     i32 = "int32"
-    ca_val = (cast(_scalar(xzp), i32) if xzp is not None else E.const(0, i32)) + offa
+    cb_val = (cast(_scalar(xzp), i32) if xzp is not None else E.const(0, i32)) - offx
 
-    def au(li: tuple[Any, ...], p: Any, k: Any) -> E.PrimExpr:
-        inside, v = x_at(li[0], p, k)
-        return te.if_then_else(inside, v + offa, ca_val)
+    def au(li: tuple[Any, ...], m: Any, k: Any) -> E.PrimExpr:
+        return cast(w[w_idx(k, m)], i32) + offw
 
-    def bs(k: Any, m: Any) -> E.PrimExpr:
-        return cast(w[w_idx(k, m)], i32) - offb
+    def bs(k: Any, col: Any) -> E.PrimExpr:
+        inside, v = x_at(E.floordiv(col, P), E.floormod(col, P), k)
+        return te.if_then_else(inside, v - offx, cb_val)
 
-    def cb(m: Any) -> E.PrimExpr:
+    def ca(li: tuple[Any, ...], m: Any) -> E.PrimExpr:
         z = cast(wl((m, 0, 0, 0)), i32) if wl is not None else E.const(0, i32)
-        return z - offb
+        return z + offw
 
-    return vnni_product(au, bs, (lambda li, p: ca_val) if xzp is not None or offa else None,
-                        cb if wl is not None or offb else None, (N,), P, K, M, ctx.strategy, "qconv_vnni")
+    d = vnni_product(au, bs, ca if wl is not None or offw else None,
+                     (lambda col: cb_val) if xzp is not None or offx else None, (), M, K, N * P, ctx.strategy,
+                     "qconv_vnni")
+    return compute((N, P, M), lambda n, p, m: d[m, n * P + p], name=uname("qconv_vnni_t"))
 
 
 @register("ConvInteger", pattern="reduce")

@@ -105,12 +105,17 @@ def vnni_product(
         workspace=True,
     )
     rsum = csum = None
+    ones = E.const(0x01010101, "uint32")
     if cb is not None:
-        k = te.reduce_axis((0, K), name="k")
-        rsum = compute((rows, M), lambda r, m: te.sum(au(bidx(r), m, k.var), axis=k), name=uname(name + "_rowsum"))
+        # the bytes of each row's words summed by the same instruction against bytes of 1
+        kr = te.reduce_axis((0, K4), name="k4")
+        rsum = compute((rows, M), lambda r, m: te.sum(E.Call(zero.dtype, OP, (zero, aw[r, m, kr.var], ones)), axis=kr),
+                       name=uname(name + "_rowsum"))
     if ca is not None:
-        k2 = te.reduce_axis((0, K), name="k")
-        csum = compute((N,), lambda n: te.sum(bs(k2.var, n), axis=k2), name=uname(name + "_colsum"))
+        # the signed bytes of each packed column summed against unsigned bytes of 1
+        kc = te.reduce_axis((0, K4), name="k4")
+        csum = compute((N,), lambda n: te.sum(E.Call(zero.dtype, OP, (
+            zero, ones, bw[E.floordiv(n, nr), kc.var, E.floormod(n, nr)])), axis=kc), name=uname(name + "_colsum"))
 
     def out(*i: Any) -> E.PrimExpr:
         r: Any = E.const(0)
