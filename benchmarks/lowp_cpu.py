@@ -7,7 +7,8 @@ alternating rounds of one process (best of the rounds):
 * the recurrent stand-in of an OCR recognizer (a small CNN, a bidirectional LSTM with hidden
   size 512 over 40 steps, a classifier; ``tests/cpu/rnn_models.py``) — goal <= 1.5x ONNX Runtime;
 * a 384^3 MatMul in float32, float16, bfloat16 and MatMulInteger (uint8 x int8) — goal: the
-  narrow types no slower than float32 (ONNX Runtime's float32 and int8 for reference);
+  narrow types no slower than float32 (ONNX Runtime's float32 and int8 for reference; ember's
+  int8 runs on VNNI where the CPU has it, ONNX Runtime's on AMX where the CPU has that);
 * ResNet-50 quantized by ``onnxruntime.quantization.quantize_static`` in QDQ and QOperator
   format (``tests/cpu/int8_models.py``, cached under ``build/``) — goal <= 1.0x ONNX Runtime.
 
@@ -124,7 +125,11 @@ def main() -> int:
             record(f"resnet50_int8_{fmt.lower()}", ember.compile(path), _session(path, threads), f,
                    "quantize_static, per-channel int8 weights")
     print(table(rows, ["case", "ember_ms", "ort_ms", "ratio", "max_abs_err", "note"]))
-    out = write_result("lowp_cpu", {"threads": threads, "batch": 1, "cases": results,
+    import llvmlite.binding as llvm
+
+    int8_feats = sorted(f[1:] for f in llvm.get_host_cpu_features().flatten().split(",")
+                        if f.startswith("+") and ("vnni" in f or "amx" in f))
+    out = write_result("lowp_cpu", {"threads": threads, "batch": 1, "cases": results, "int8_features": int8_feats,
                                     "note": "ember and ONNX Runtime timed in alternating rounds of one process"})
     print(f"wrote {out}")
     return 0
