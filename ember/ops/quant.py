@@ -744,17 +744,32 @@ def qgemm(
     def col(t: Tensor, n: Any) -> E.PrimExpr:
         return t[n] if _numel(t) != 1 else _scalar(t)
 
-    a32 = wide_copy(a, lambda *i: cast(a[i], "int32") - (cast(_scalar(azp), "int32") if azp is not None else 0),
-                    "qgemm_a")
+    def a_el(m: Any, kk: Any) -> E.PrimExpr:
+        return cast(a[kk, m] if ta else a[m, kk], "int32")
 
-    def a_at(li: tuple[Any, ...], m: Any, kk: Any) -> E.PrimExpr:
-        return a32[kk, m] if ta else a32[m, kk]
+    def b_el(kk: Any, n: Any) -> E.PrimExpr:
+        return cast(b[n, kk] if tb else b[kk, n], "int32")
 
-    def b_at(kk: Any, n: Any) -> E.PrimExpr:
-        v = cast(b[n, kk] if tb else b[kk, n], "int32")
-        return v - cast(col(bzp, n), "int32") if bzp is not None else v
+    if has_vnni(ctx.strategy):
+        offa, offb = _byte_offsets(a, b)
+        i32 = "int32"
+        ca_val = (cast(_scalar(azp), i32) if azp is not None else E.const(0, i32)) + offa
+        acc = vnni_product(
+            lambda li, m, kk: a_el(m, kk) + offa, lambda kk, n: b_el(kk, n) - offb,
+            (lambda li, m: ca_val) if azp is not None or offa else None,
+            (lambda n: (cast(col(bzp, n), i32) if bzp is not None else E.const(0, i32)) - offb)
+            if bzp is not None or offb else None,
+            (), M, K, N, ctx.strategy, "qgemm_vnni")
+    else:
+        a32 = wide_copy(a, lambda *i: cast(a[i], "int32") - (cast(_scalar(azp), "int32") if azp is not None else 0),
+                        "qgemm_a")
 
-    acc = packed_product(a_at, b_at, (), M, K, N, "int32", ctx.strategy, "qgemm")
+        def b_at(kk: Any, n: Any) -> E.PrimExpr:
+            v = b_el(kk, n)
+            return v - cast(col(bzp, n), "int32") if bzp is not None else v
+
+        acc = packed_product(lambda li, m, kk: a32[kk, m] if ta else a32[m, kk], b_at, (), M, K, N, "int32",
+                             ctx.strategy, "qgemm")
     out = (M, N)
 
     def body(m: Any, n: Any) -> E.PrimExpr:

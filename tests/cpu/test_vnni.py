@@ -224,3 +224,37 @@ def test_conv_integer_picks_vnni_by_target(target: str, vnni: bool) -> None:
                   [x, w])
     asm = ember.build(strategy.schedule_group([out]), [x, w, out], target=target, name="convi").get_source("asm")
     assert ("vpdpbusd" in asm) == vnni
+
+
+@pytest.mark.parametrize("adt,bdt", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8")])
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_qgemm_float_output(adt: str, bdt: str, ta: int, tb: int, target: str) -> None:
+    """com.microsoft QGemm with a float32 output (no y_scale): ``alpha * a_scale * b_scale[n] *
+    ((A - a_zp) @ (B - b_zp[n]) + C)`` against float64 of the exact int64 sum. The only rounding
+    is float32's (the int32 sum to float32, two products): relative 1e-6."""
+    from onnx import helper as oh
+    from onnx import numpy_helper as nh
+
+    if not _can_run(target):
+        pytest.skip(f"this CPU cannot run code for {target}")
+    rng = np.random.default_rng(ta + 2 * tb + len(adt + bdt))
+    M, K, N = 19, 45, 37
+    a = _rand(rng, (K, M) if ta else (M, K), adt)
+    b = _rand(rng, (N, K) if tb else (K, N), bdt)
+    c = rng.integers(-5000, 5000, (N,)).astype(np.int32)
+    azp, bzp = _rand(rng, (), adt), _rand(rng, (N,), bdt)
+    a_scale, b_scale = np.array(0.02, np.float32), (rng.random(N) * 0.01 + 0.001).astype(np.float32)
+    consts = {"as": a_scale, "az": azp, "b": b, "bs": b_scale, "bz": bzp, "c": c}
+    node = oh.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz", "c"], ["y"], domain="com.microsoft",
+                        transA=ta, transB=tb, alpha=0.5)
+    g = oh.make_graph([node], "g", [oh.make_tensor_value_info("a", _ONNX[adt], list(a.shape))],
+                      [oh.make_tensor_value_info("y", 1, None)], [nh.from_array(v, k) for k, v in consts.items()])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 21), oh.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 10
+    out = ember.compile(m, target=target, use_cache=False)(a=a)
+    got = np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
+    a2 = (a.T if ta else a).astype(np.int64) - int(azp)
+    b2 = (b.T if tb else b).astype(np.int64) - bzp.astype(np.int64)
+    ref = 0.5 * float(a_scale) * b_scale.astype(np.float64) * (a2 @ b2 + c).astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0)
