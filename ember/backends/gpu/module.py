@@ -19,6 +19,7 @@ from typing import Any
 
 from ...errors import ArgumentError
 from ...ir.dtypes import DataType
+from ...runtime import cuda_driver
 from ...runtime.gpu_array import GPUArray, empty
 from ...runtime.module import Function, Module
 from ...runtime.ndarray import Device
@@ -157,16 +158,22 @@ class GPUFunction(Function):
         if self._kind != "cuda":
             return False
         tensor = _torch_tensor_type()
+        names = _TORCH_DTYPE_NAMES
         env: dict[str, int] = {}
         ptrs = []
         index = None
         for a, (dt, dims) in zip(args, spec):
-            if type(a) is not tensor or not a.is_cuda or not a.is_contiguous() or str(a.dtype)[6:] != dt:
+            if type(a) is not tensor or not a.is_cuda or not a.is_contiguous():
+                return False
+            name = names.get(a.dtype)
+            if name is None:
+                name = names.setdefault(a.dtype, str(a.dtype).removeprefix("torch."))
+            if name != dt:
                 return False
             shape = a.shape
             if len(shape) != len(dims):
                 return False
-            i = a.device.index
+            i = a.get_device()
             if index is None:
                 index = i
             elif i != index:
@@ -182,8 +189,7 @@ class GPUFunction(Function):
             ptrs.append(a.data_ptr())
         if index is None or _torch_current_stream(index) != 0:
             return False
-        drv = Device("cuda", index).driver()
-        if hasattr(drv, "current_stream") and drv.current_stream() is not None:
+        if cuda_driver.current_stream() is not None:
             return False  # a stream of ember's own is set on this thread: the general path orders it
         try:
             scal = [env[n] for n in self._scal_names]
@@ -340,6 +346,10 @@ class GPUHostModule(Module):
             return out
 
         return run
+
+
+# torch dtype -> ember dtype name, filled on first sight of each dtype.
+_TORCH_DTYPE_NAMES: dict[Any, str] = {}
 
 
 def _torch_tensor_type() -> type | None:
