@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.ember-installed
 TEST_STAMP := $(VENV)/.ember-test-installed
 
-.PHONY: demo test lint system-deps clean fuzz tune-bench
+.PHONY: demo test test-long lint system-deps clean fuzz tune-bench
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -29,7 +29,12 @@ demo: $(STAMP)
 test: $(TEST_STAMP) system-deps
 	$(VPY) -m ruff check ember tests benchmarks examples scripts
 	$(VENV)/bin/lint-imports
-	$(VPY) -m pytest -q -n 2 tests
+	$(VPY) -m pytest -q -n 2 -m "not long" tests
+
+# The tests marked `long` (whole quantized ResNet-50s, the PP-OCR recognizer and detector, an
+# encoder with symbolic shapes, a long recurrent reference): minutes each, so not in `make test`.
+test-long: $(TEST_STAMP)
+	$(VPY) -m pytest -q -n 2 -m long tests
 
 # The long fuzz run (tests/fuzz; `make test` runs a fixed-seed slice of it): random and mutated
 # ONNX models, each compiled and run by ember and by ONNX Runtime in worker processes, for

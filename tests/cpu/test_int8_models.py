@@ -2,7 +2,7 @@
 QOperator format, against ONNX Runtime's own int8 run: the same top-1 and at most one
 quantization step of the output apart on >= 99.9 % of the elements (ember requantizes as ONNX's
 reference and ONNX Runtime's kernels round; a value on a rounding boundary may land one step
-away). The small CNN runs in ``make test``; ResNet-50 is ``slow``."""
+away). The small CNN runs in ``make test``; ResNet-50 is ``long`` (make test-long)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_small_cnn_int8(fmt: str) -> None:
     _compare("small_cnn", fmt)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
 def test_resnet50_int8(fmt: str) -> None:
     pytest.importorskip("torch")

@@ -67,7 +67,7 @@ def test_expanded_matches_onnxruntime(case: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    "case", [CASES[3], CASES[11], pytest.param(CASES[8], marks=pytest.mark.slow)], ids=_ids
+    "case", [CASES[3], CASES[11], pytest.param(CASES[8], marks=pytest.mark.long)], ids=_ids
 )
 def test_reference_operators_match_onnxruntime(case: dict) -> None:
     """The unrolled operators of ember.ops.rnn (what runs without the pass), sequence_lens included."""

@@ -39,7 +39,7 @@ def encoder_path(tmp_path_factory: pytest.TempPathFactory):
     return path
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_encoder_with_symbolic_batch_and_sequence(encoder_path, rng) -> None:
     model = ember.compile(str(encoder_path))
     assert [s.shape for s in model.inputs] == [("batch", "seq"), ("batch", "seq")]

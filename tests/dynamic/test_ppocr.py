@@ -31,8 +31,8 @@ def _excess(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.mark.parametrize("name,shapes", [
     ("ch_ppocr_mobile_v2.0_cls_infer.onnx", [(1, 3, 48, 192), (3, 3, 48, 100)]),
-    pytest.param("ch_PP-OCRv4_rec_infer.onnx", [(1, 3, 48, 160), (2, 3, 48, 72)], marks=pytest.mark.slow),
-    pytest.param("ch_PP-OCRv4_det_infer.onnx", [(1, 3, 64, 96), (2, 3, 96, 64)], marks=pytest.mark.slow),
+    pytest.param("ch_PP-OCRv4_rec_infer.onnx", [(1, 3, 48, 160), (2, 3, 48, 72)], marks=pytest.mark.long),
+    pytest.param("ch_PP-OCRv4_det_infer.onnx", [(1, 3, 64, 96), (2, 3, 96, 64)], marks=pytest.mark.long),
 ])
 def test_ppocr_models_run_without_input_shapes(name: str, shapes, rng) -> None:
     path = _path(name)
