@@ -488,20 +488,42 @@ def _conv2d_int_packed(
     OW = (W + lo[1] + hi[1] - ((KW - 1) * dil[1] + 1)) // strides[1] + 1
     K = C * KH * KW
 
-    def x_at(n: Any, p: Any, k: Any) -> tuple[E.PrimExpr, E.PrimExpr]:
-        """(whether tap ``k`` of output pixel ``p`` is inside the image, its value as int32)."""
+    def tap(p: Any, k: Any) -> tuple[Any, Any, Any]:
+        """(channel, row, column) in the padded image of tap ``k`` of output pixel ``p``."""
         c, r, q = E.floordiv(k, KH * KW), E.floormod(E.floordiv(k, KW), KH), E.floormod(k, KW)
-        ih = E.floordiv(p, OW) * strides[0] + r * dil[0] - lo[0]
-        iw = E.floormod(p, OW) * strides[1] + q * dil[1] - lo[1]
+        return c, E.floordiv(p, OW) * strides[0] + r * dil[0], E.floormod(p, OW) * strides[1] + q * dil[1]
+
+    def pixel(n: Any, c: Any, ih: Any, iw: Any) -> tuple[E.PrimExpr, E.PrimExpr]:
+        """(whether ``ih, iw`` is inside the image, its value there as int32)."""
         inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
         return inside, cast(x[n, c, E.max_expr(E.min_expr(ih, H - 1), 0), E.max_expr(E.min_expr(iw, W - 1), 0)],
                             "int32")
+
+    def x_at(n: Any, p: Any, k: Any) -> tuple[E.PrimExpr, E.PrimExpr]:
+        """(whether tap ``k`` of output pixel ``p`` is inside the image, its value as int32)."""
+        c, ihp, iwp = tap(p, k)
+        return pixel(n, c, ihp - lo[0], iwp - lo[1])
 
     def w_idx(k: Any, m: Any) -> tuple[Any, ...]:
         return (m, E.floordiv(k, KH * KW), E.floormod(E.floordiv(k, KW), KH), E.floormod(k, KW))
 
     if has_vnni(ctx.strategy):
-        acc = _conv_gemm_vnni(ctx, x, w, xzp, wl, x_at, w_idx, N, OH * OW, K, M)
+        # the image as signed bytes, padded with its shifted zero point once: the patches then
+        # read it with no bounds checks
+        offx = _byte_offsets(w, x)[1]
+        pad = (cast(_scalar(xzp), "int32") if xzp is not None else E.const(0, "int32")) - offx
+
+        def padded(n: Any, c: Any, i: Any, j: Any) -> E.PrimExpr:
+            inside, v = pixel(n, c, i - lo[0], j - lo[1])
+            return cast(te.if_then_else(inside, v - offx, pad), "int8")
+
+        xp = compute((N, C, H + lo[0] + hi[0], W + lo[1] + hi[1]), padded, name=uname("qconv_xpad"),
+                     materialize=True, workspace=True)
+
+        def xs_at(n: Any, p: Any, k: Any) -> E.PrimExpr:
+            return cast(xp[(n, *tap(p, k))], "int32")
+
+        acc = _conv_gemm_vnni(ctx, w, wl, xs_at, pad, xzp is not None or offx != 0, w_idx, N, OH * OW, K, M)
     else:
         acc = _conv_gemm_int32(ctx, x_at, w, xzp, wl, w_idx, N, OH * OW, K, M)
 
@@ -540,32 +562,30 @@ def _conv_gemm_int32(
 
 
 def _conv_gemm_vnni(
-    ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None, wl: Loader | None, x_at: PatchAt,
-    w_idx: WeightIndex, N: int, P: int, K: int, M: int,
+    ctx: OpContext, w: Tensor, wl: Loader | None, xs_at: Callable[[Any, Any, Any], E.PrimExpr], pad: E.PrimExpr,
+    shifted: bool, w_idx: WeightIndex, N: int, P: int, K: int, M: int,
 ) -> Tensor:
     """``[N, P, M]`` on VNNI (:func:`ember.ops.vnni.vnni_product`) as the product ``[M, N * P]``
     of the weights (unsigned bytes, broadcast) with the image's patches packed in panels of
-    pixels (signed bytes; padding reads the shifted zero point, so it contributes nothing):
-    the panels' pixels are contiguous in the image and the product's rows are the output's
-    channels, so neither the packing nor the output is a transposition."""
-    offw, offx = _byte_offsets(w, x)
+    pixels (``xs_at(n, p, k)``: signed bytes of the image padded with ``pad``, its shifted zero
+    point, which ``shifted`` says is not 0): the panels' pixels are contiguous in the image and
+    the product's rows are the output's channels, so neither the packing nor the output is a
+    transposition."""
+    offw = 128 if dtype_of(w) == "int8" else 0
     i32 = "int32"
-    cb_val = (cast(_scalar(xzp), i32) if xzp is not None else E.const(0, i32)) - offx
 
     def au(li: tuple[Any, ...], m: Any, k: Any) -> E.PrimExpr:
         return cast(w[w_idx(k, m)], i32) + offw
 
     def bs(k: Any, col: Any) -> E.PrimExpr:
-        inside, v = x_at(E.floordiv(col, P), E.floormod(col, P), k)
-        return te.if_then_else(inside, v - offx, cb_val)
+        return xs_at(E.floordiv(col, P), E.floormod(col, P), k)
 
     def ca(li: tuple[Any, ...], m: Any) -> E.PrimExpr:
         z = cast(wl((m, 0, 0, 0)), i32) if wl is not None else E.const(0, i32)
         return z + offw
 
-    d = vnni_product(au, bs, ca if wl is not None or offw else None,
-                     (lambda col: cb_val) if xzp is not None or offx else None, (), M, K, N * P, ctx.strategy,
-                     "qconv_vnni")
+    d = vnni_product(au, bs, ca if wl is not None or offw else None, (lambda col: pad) if shifted else None,
+                     (), M, K, N * P, ctx.strategy, "qconv_vnni")
     return compute((N, P, M), lambda n, p, m: d[m, n * P + p], name=uname("qconv_vnni_t"))
 
 
