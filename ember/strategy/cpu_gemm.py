@@ -196,12 +196,17 @@ def _is_plain_product(op: te.ComputeOp) -> bool:
     return len(op.reduce_axis) == 1 and not (op.attrs and "conv_out" in op.attrs)
 
 
-def default_panel_group(K: int, nr: int) -> int:
+def default_panel_group(K: int, nr: int, panels: int | None = None) -> int:
     """Panels per pass over the left operand in the register structure: as many ``K x nr``
     panels as fit in ``PANEL_GROUP_BYTES`` (they stay in L2 while every row tile passes over
-    them), at most ``PANEL_GROUP_MAX``."""
+    them), at most ``PANEL_GROUP_MAX``, and a power of two that divides ``panels`` (the number
+    of panels, when given): a last, partial group would run its lanes unvectorized (384³ took
+    3.4 ms in groups of 8 over 12 panels against 0.47 ms at 256 columns)."""
     fit = PANEL_GROUP_BYTES // max(1, K * nr * 4)
-    return int(max(1, min(PANEL_GROUP_MAX, 1 << (max(1, fit).bit_length() - 1))))
+    group = int(max(1, min(PANEL_GROUP_MAX, 1 << (max(1, fit).bit_length() - 1))))
+    while panels is not None and group > 1 and panels % group:
+        group //= 2
+    return group
 
 
 def default_k_block(rows: int, M: int, N: int, K: int, nr: int) -> int | None:
@@ -267,7 +272,7 @@ def packed_gemm_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
     mtiles = rows * -(-M // mr)
     axis = "rows" if mtiles >= PARALLEL_ROW_TILES and kblock is None else "panels"
     # panels in parallel: one panel per step, so that every thread has panels to take
-    group = default_panel_group(K, nr) if plain and axis == "rows" else 1
+    group = default_panel_group(K, nr, -(-N // nr)) if plain and axis == "rows" else 1
     space.define_knob("panel_group", PANEL_GROUPS if plain else (1,), default=group)
     space.define_knob("parallel_axis", ("rows", "panels") if plain else ("rows",), default=axis if plain else "rows")
     vecs_per_row = -(-nr // lanes)
