@@ -56,6 +56,10 @@ if TYPE_CHECKING:
 # Below these sizes a parallel region costs more than it saves (and far more on a loaded machine).
 PARALLEL_MIN_ELEMS = 1 << 16
 PARALLEL_MIN_MACS = 1 << 22
+# Products of at most GEMV_ROWS rows whose right operand has at least GEMV_PARALLEL_BYTES run in
+# parallel below PARALLEL_MIN_MACS (they stream that operand; see packed_gemm_space).
+GEMV_ROWS = 4
+GEMV_PARALLEL_BYTES = 1 << 20
 # Register-tile rows the space offers, and the heuristic's preference order (wide and narrow
 # vector units).
 MR_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14)
@@ -265,7 +269,11 @@ def packed_gemm_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
         kc = 1
     space.define_split("tile_k", C, num_outputs=2, policy="factors", default=(C // kc, kc))
     space.define_knob("unroll_m", (True, False), default=True)
-    space.define_knob("parallel", (True, False), default=M * N * K >= PARALLEL_MIN_MACS)
+    # A matrix-vector-like product (few rows) whose right operand outgrows one core's L2 is
+    # bound by streaming that operand: split its panels across the cores, so each core's share
+    # can stay in its own cache from call to call (an LSTM's recurrent step: 1 x 512 x 2048).
+    gemv_wide = rows * M <= GEMV_ROWS and N * K * 4 >= GEMV_PARALLEL_BYTES
+    space.define_knob("parallel", (True, False), default=M * N * K >= PARALLEL_MIN_MACS or gemv_wide)
     # Knobs of plain products only (a convolution's GEMM is scheduled by cpu_conv and offers
     # one value of each, so its space is unchanged).
     space.define_knob("k_outer", (False, True) if plain else (False,), default=kblock is not None)
