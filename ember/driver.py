@@ -258,7 +258,7 @@ def compile(
         source = _source_of(model, target, input_shapes, fuse, precision)
         per_shape = _per_shape(exc, target, _variant_compiler(  # (a float16 model is rewritten already)
             source["onnx"] if source else model, target, input_shapes, fuse, verbose, use_cache, cuda_graphs,
-            "tf32" if tf32 else "float32"))
+            "tf32" if tf32 else "float32", tuning_db))
         per_shape.source = source
         return _with_graphs(per_shape, cuda_graphs, dev)
     except NeedsHostStages as exc:  # text, random draws, NonMaxSuppression: host stages around a compiled part
@@ -266,8 +266,9 @@ def compile(
 
         mid = "tf32" if tf32 else "float32"  # (a float16 model is rewritten already)
         hosted = host_model(exc.model, str(Target(target)),
-                            lambda b, shapes: compile(b, target, shapes, fuse, verbose, use_cache, cuda_graphs, mid),
-                            lambda g: compile_model(g, target, fuse, verbose, tf32))
+                            lambda b, shapes: compile(b, target, shapes, fuse, verbose, use_cache, cuda_graphs, mid,
+                                                      tuning_db=tuning_db),
+                            lambda g: compile_model(g, target, fuse, verbose, tf32, configs))
         return _with_graphs(hosted, cuda_graphs, dev)
     t0 = time.perf_counter()
     compiled = compile_model(graph, target, fuse, verbose, tf32, configs)
@@ -359,14 +360,16 @@ def _per_shape(declared: Any, target: str, compile_variant: Any) -> Model:
 
 
 def _variant_compiler(model: Any, target: str, input_shapes: Mapping[str, Sequence[int]] | None, fuse: bool,
-                      verbose: bool, use_cache: bool, cuda_graphs: bool, precision: str) -> Any:
+                      verbose: bool, use_cache: bool, cuda_graphs: bool, precision: str,
+                      tuning_db: str | os.PathLike[str] | bool | None = None) -> Any:
     """The compile step of a model with symbolic dimensions: ``shapes`` (name -> shape of each
     shaped input, on top of the fixed ``input_shapes``) -> the fixed-shape model, through
-    :func:`compile` (so the kernel and whole-model caches answer repeats)."""
+    :func:`compile` (so the kernel and whole-model caches answer repeats; ``tuning_db`` as there)."""
     fixed = dict(input_shapes or {})
 
     def compile_variant(shapes: dict[str, tuple[int, ...]]) -> Model:
-        variant = compile(model, target, {**fixed, **shapes}, fuse, verbose, use_cache, cuda_graphs, precision)
+        variant = compile(model, target, {**fixed, **shapes}, fuse, verbose, use_cache, cuda_graphs, precision,
+                          tuning_db=tuning_db)
         variant.source = None  # the model with symbolic dimensions holds the source, once
         return variant
 
