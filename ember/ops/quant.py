@@ -29,7 +29,7 @@ from .nn import conv_pads, conv_tensor
 from .packed_lowp import packed_product, wide_copy
 from .registry import NeedValue, OpContext, register
 from .util import bcast_load, broadcast_shapes, cast, compute, dtype_of, ints, norm_axis, shape, uname
-from .vnni import has_vnni, vnni_product
+from .vnni import channel_block, conv2d_vnni_nchwc, conv_lanes, has_vnni, vnni_product
 
 _RANGES = {
     "uint8": (0, 255),
@@ -432,16 +432,28 @@ def qlinear_matmul(
     )
 
 
+#: What the direct VNNI convolution stores: ``(multiplier of channel m (float32), y zero point,
+#: output type)`` for a requantized result, None for the int32 sum.
+Requant = tuple[Callable[[Any], E.PrimExpr], "Tensor | None", str]
+
+
 def _conv_int(
-    ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None, wzp: Tensor | None, bias: Tensor | None
+    ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None, wzp: Tensor | None, bias: Tensor | None,
+    requant: Requant | None = None,
 ) -> Tensor:
     """int32 convolution of ``x - x_zero_point`` with ``w - w_zero_point`` (per output channel
-    allowed), plus an int32 bias."""
+    allowed), plus an int32 bias; with ``requant``, that sum requantized (:func:`_requant_f32`).
+    Where the target has VNNI and the weights are int8 with zero points known to be 0, the
+    direct blocked convolution (:func:`_conv2d_vnni_direct`) computes it with the requantization
+    in its store."""
     sx, sw = shape(x), shape(w)
     if len(sx) < 3:
         raise ctx.fail(f"input of shape {sx} must have at least 3 dimensions (N, C, spatial...)")
     if xzp is not None and _numel(xzp) != 1:
         raise ctx.fail("x_zero_point must be a scalar")
+    direct = _conv2d_vnni_direct(ctx, x, w, xzp, wzp, bias, requant)
+    if direct is not None:
+        return direct
     xi = _minus_zp(x, (lambda i: _scalar(xzp)) if xzp is not None else None, "convi_x")
     wl: Loader | None = None
     if wzp is not None:
@@ -462,8 +474,92 @@ def _conv_int(
     lo, hi = conv_pads(ctx, sx[2:], sw[2:], strides, dil)
     b32 = None if bias is None else compute(shape(bias), lambda m: cast(bias[m], "int32"), name=uname("convi_b"))
     if nsp == 2 and int(ctx.attr("group", 1)) == 1 and sw[0] >= 16:
-        return _conv2d_int_packed(ctx, x, w, xzp, wl, b32, strides, dil, lo, hi)
-    return conv_tensor(xi, wi, b32, strides, dil, lo, hi, int(ctx.attr("group", 1)), ctx.strategy)
+        acc = _conv2d_int_packed(ctx, x, w, xzp, wl, b32, strides, dil, lo, hi)
+    else:
+        acc = conv_tensor(xi, wi, b32, strides, dil, lo, hi, int(ctx.attr("group", 1)), ctx.strategy)
+    if requant is None:
+        return acc
+    mult, yzp, odt = requant
+    return compute(shape(acc), lambda *i: _requant_f32(ctx, acc[i], mult(i[1]), yzp, odt), name=uname("requant"))
+
+
+def _requant_f32(ctx: OpContext, acc: E.PrimExpr, mult: E.PrimExpr, yzp: Tensor | None, odt: str) -> E.PrimExpr:
+    """``saturate(rint(float32(acc) * mult) + y_zero_point)`` with ``mult`` float32, rounding half
+    to even: ONNX Runtime's requantization (MLAS computes the product in float32)."""
+    lo, hi = _qtype(odt, ctx)
+    q = te.round(cast(acc, "float32") * mult)
+    if yzp is not None:
+        q = q + cast(_scalar(yzp), "float32")
+    return cast(_saturate(q, lo, hi), odt)
+
+
+def _known_zero(ctx: OpContext, index: int) -> bool:
+    """Whether optional input ``index`` is absent or a constant of zeros."""
+    if not ctx.has(index):
+        return True
+    try:
+        v = ctx.value(index)
+    except NeedValue:
+        return False
+    return v is not None and not np.asarray(v).any()
+
+
+def _conv2d_vnni_direct(
+    ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None, wzp: Tensor | None, bias: Tensor | None,
+    requant: Requant | None,
+) -> Tensor | None:
+    """The 2-D convolution (group 1) as the direct blocked convolution on ``vpdpbusd``
+    (:func:`ember.ops.vnni.conv2d_vnni_nchwc`), or None where it does not apply: a target without
+    VNNI, other ranks or groups, weights that are not int8 or whose zero points are not known to
+    be 0 (their term would need the patch sums of the image). The image is read as unsigned
+    bytes (int8 plus 128) and padded with its shifted zero point ``cx``; ``cx`` times each output
+    channel's weight sum (folded with the bias at compile time) is taken out in the store."""
+    lanes = conv_lanes(ctx.strategy)
+    sx, sw = shape(x), shape(w)
+    wzp_index = 3 if ctx.op == "ConvInteger" else 5
+    if (lanes == 0 or not has_vnni(ctx.strategy) or len(sx) != 4 or int(ctx.attr("group", 1)) != 1
+            or dtype_of(w) != "int8" or (wzp is not None and not _known_zero(ctx, wzp_index))):
+        return None
+    ks = ints(ctx.attr("kernel_shape"))
+    if ks and tuple(ks) != sw[2:]:
+        raise ctx.fail(f"kernel_shape {ks} does not match the weights' shape {sw}")
+    strides = ints(ctx.attr("strides")) or [1, 1]
+    dil = ints(ctx.attr("dilations")) or [1, 1]
+    lo, hi = conv_pads(ctx, sx[2:], sw[2:], strides, dil)
+    M, C, KH, KW = sw
+    i32 = "int32"
+    offx = 128 if dtype_of(x) == "int8" else 0
+    cx = (cast(_scalar(xzp), i32) if xzp is not None else E.const(0, i32)) + offx
+    shifted = xzp is not None or offx != 0
+    terms: list[Callable[[Any], E.PrimExpr]] = []
+    if bias is not None:
+        terms.append(lambda m: cast(bias[m], i32))
+    if shifted:
+        rc, rr, rq = (te.reduce_axis((0, d), name=n) for d, n in ((C, "c"), (KH, "r"), (KW, "q")))
+        wsum = compute((M,), lambda m: te.sum(cast(w[m, rc.var, rr.var, rq.var], i32), axis=[rc, rr, rq]),
+                       name=uname("qconv_wsum"))
+        terms.append(lambda m: E.const(0, i32) - cx * wsum[m])
+    corr = None
+    if terms:
+        corr = channel_block(lambda m: _sum_terms(terms, m), M, lanes, i32, "qconv_corr")
+
+    def epilogue(acc: E.PrimExpr, mb: Any, k: Any) -> E.PrimExpr:
+        v = acc + corr[mb, k] if corr is not None else acc
+        if requant is None:
+            return v
+        return _requant_f32(ctx, v, mult_b[mb, k], requant[1], requant[2])
+
+    mult_b = channel_block(requant[0], M, lanes, "float32", "qconv_mult") if requant is not None else None
+    return conv2d_vnni_nchwc(
+        lambda n, c, i, j: cast(x[n, c, i, j], i32) + offx, cx, (sx[0], sx[1], sx[2], sx[3]),
+        lambda m, c, r, q: cast(w[m, c, r, q], i32), (M, C, KH, KW), strides, dil, lo, hi, lanes, epilogue, "qconv")
+
+
+def _sum_terms(terms: list[Callable[[Any], E.PrimExpr]], m: Any) -> E.PrimExpr:
+    v = terms[0](m)
+    for t in terms[1:]:
+        v = v + t(m)
+    return v
 
 
 def _conv2d_int_packed(
@@ -623,22 +719,19 @@ def qlinear_conv(
             raise ctx.fail(f"{what} of shape {shape(sc)} must be a scalar (per tensor)")
     if bias is not None and dtype_of(bias) != "int32":
         raise ctx.fail(f"the bias has type {dtype_of(bias)}; QLinearConv's bias is int32")
-    acc = _conv_int(ctx, x, w, xzp, wzp, bias)
     M = shape(w)[0]
     ws = shape(w_scale)
     per_ch = _numel(w_scale) != 1
     if per_ch and ws != (M,):
         raise ctx.fail(f"w_scale of shape {ws} must be a scalar or one per output channel ({M})")
-    sdt = dtype_of(x_scale)
+    f32 = "float32"
 
     def mult(m: Any) -> E.PrimExpr:
+        # ONNX Runtime: x_scale * w_scale / y_scale in float32
         wsv = w_scale[m] if per_ch else _scalar(w_scale)
-        return _scalar(x_scale) * cast(wsv, sdt) / cast(_scalar(y_scale), sdt)
+        return cast(_scalar(x_scale), f32) * cast(wsv, f32) / cast(_scalar(y_scale), f32)
 
-    mt = compute((M,), mult, name=uname("qconv_mult"))
-    return _requantize(
-        ctx, acc, lambda i: cast(mt[i[1]], "float64"), yzp, dtype_of(yzp) if yzp is not None else dtype_of(x)
-    )
+    return _conv_int(ctx, x, w, xzp, wzp, bias, (mult, yzp, dtype_of(yzp) if yzp is not None else dtype_of(x)))
 
 
 # -- com.microsoft quantized operators (what onnxruntime.quantization writes in QOperator format) --

@@ -133,3 +133,115 @@ def vnni_product(
         return v
 
     return compute(batch + (M, N), out, name=uname(name))
+
+
+# -- direct convolutions on channel-blocked byte words ---------------------------------------------
+#: ``x_byte(n, c, h, w)``: the image as an unsigned byte value (int32 in [0, 255]) at a point
+#: inside it (``c < C``, ``h < H``, ``w < W``).
+XByte = Callable[[Any, Any, Any, Any], E.PrimExpr]
+#: ``w_byte(m, c, r, q)``: the weights as a signed byte value (int32 in [-128, 127]).
+WByte = Callable[[Any, Any, Any, Any], E.PrimExpr]
+#: ``epilogue(acc, mb, k)``: the output value of channel ``mb * lanes + k`` from its int32 sum.
+Epilogue = Callable[[E.PrimExpr, Any, Any], E.PrimExpr]
+
+
+def conv_lanes(strategy: Layout) -> int:
+    """Output channels per block of :func:`conv2d_vnni_nchwc` on ``strategy``'s target: the
+    int32 lanes of its widest ``vpdpbusd`` (16 with AVX512-VNNI, 8 with AVX-VNNI)."""
+    target = getattr(strategy, "target", None)
+    return vnni_width(target) if target is not None else 0
+
+
+def channel_block(value: Callable[[Any], E.PrimExpr], M: int, lanes: int, dtype: str, name: str) -> Tensor:
+    """A per-output-channel value ``value(m)`` blocked as ``[ceil(M / lanes), lanes]`` (zero past
+    ``M``), flagged ``constant_layout``: computed at compile time when it reads only constants,
+    so the convolution's store reads one vector of it per channel block."""
+    zero = E.const(0, dtype)
+
+    def body(mb: Any, k: Any) -> E.PrimExpr:
+        m = mb * lanes + k
+        return te.if_then_else(m < M, cast(value(E.min_expr(m, M - 1)), dtype), zero)
+
+    return compute((-(-M // lanes), lanes), body, name=uname(name), constant_layout=True)
+
+
+def conv2d_vnni_nchwc(
+    x_byte: XByte,
+    pad_byte: E.PrimExpr,
+    xshape: tuple[int, int, int, int],
+    w_byte: WByte,
+    wshape: tuple[int, int, int, int],
+    strides: list[int],
+    dil: list[int],
+    lo: list[int],
+    hi: list[int],
+    lanes: int,
+    epilogue: Epilogue,
+    name: str = "qconv",
+) -> Tensor:
+    """A 2-D convolution (group 1) of bytes on ``vpdpbusd`` as a direct, register-blocked
+    convolution; the result ``[N, M, OH, OW]`` of ``epilogue``'s type.
+
+    Stages: the image as int32 words of 4 consecutive channels, padded with ``pad_byte`` (an
+    unsigned byte value) — ``[N, ceil(C/4), H + pads, W + pads, 1]``, a workspace; the weights as
+    words of the same 4 channels for ``lanes`` output channels — ``[ceil(M/lanes), ceil(C/4), KH,
+    KW, 1, lanes]``, flagged ``constant_layout`` (packed at compile time), zero bytes past ``C``
+    and ``M``; the sum ``acc[n, mb, oh, ow, k] = sum vpdpbusd(image word, weight word)`` over
+    channel words and taps, tagged ``"conv_nchwc"`` so the CPU strategy schedules it as its
+    blocked convolution (:func:`ember.strategy.cpu_conv.schedule_conv_nchwc`: ``tile_oc`` channel
+    vectors x ``tile_ow`` columns of int32 accumulators, each step one broadcast image word and
+    one weight vector per channel block); ``epilogue(acc, mb, k)`` in the store of that register
+    block (blocked, a workspace), then the NCHW result. The sum is exact (wrapping int32, no
+    saturation) and includes the padding taps: the caller takes ``pad_byte`` times the weights'
+    sums out in its epilogue where ``pad_byte`` is not the operand's zero."""
+    N, C, H, W = xshape
+    M, C2, KH, KW = wshape
+    assert C == C2, (xshape, wshape)
+    OH = (H + lo[0] + hi[0] - ((KH - 1) * dil[0] + 1)) // strides[0] + 1
+    OW = (W + lo[1] + hi[1] - ((KW - 1) * dil[1] + 1)) // strides[1] + 1
+    CB, MB = -(-C // 4), -(-M // lanes)
+    Hp, Wp = H + lo[0] + hi[0], W + lo[1] + hi[1]
+    u32 = "uint32"
+
+    def xword(n: Any, cb: Any, i: Any, j: Any, _u: Any) -> E.PrimExpr:
+        ih, iw = i - lo[0], j - lo[1]
+        inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        ihc, iwc = E.max_expr(E.min_expr(ih, H - 1), 0), E.max_expr(E.min_expr(iw, W - 1), 0)
+        w: E.PrimExpr = E.const(0, u32)
+        for b in range(4):
+            c = cb * 4 + b
+            v = te.if_then_else(inside, x_byte(n, E.min_expr(c, C - 1), ihc, iwc), pad_byte)
+            v = te.if_then_else(c < C, cast(cast(v, "uint8"), u32), E.const(0, u32))
+            w = w + (v * (1 << (8 * b)) if b else v)
+        return w
+
+    xw = compute((N, CB, Hp, Wp, 1), xword, name=uname(name + "_xwords"), materialize=True, workspace=True)
+
+    def wword(mb: Any, cb: Any, r: Any, q: Any, _u: Any, k: Any) -> E.PrimExpr:
+        m = mb * lanes + k
+        w: E.PrimExpr = E.const(0, u32)
+        for b in range(4):
+            c = cb * 4 + b
+            v = cast(cast(w_byte(E.min_expr(m, M - 1), E.min_expr(c, C - 1), r, q), "uint8"), u32)
+            v = te.if_then_else((c < C) & (m < M), v, E.const(0, u32))
+            w = w + (v * (1 << (8 * b)) if b else v)
+        return w
+
+    ww = compute((MB, CB, KH, KW, 1, lanes), wword, name=uname(name + "_wwords"), constant_layout=True,
+                 workspace=True)
+    rc = te.reduce_axis((0, CB), name="rc")
+    rr = te.reduce_axis((0, KH), name="rr")
+    rq = te.reduce_axis((0, KW), name="rq")
+    ri = te.reduce_axis((0, 1), name="ri")
+    zero = E.const(0, "int32")
+
+    def body(n: Any, o: Any, i: Any, j: Any, k: Any) -> E.PrimExpr:
+        xv = xw[n, rc.var, i * strides[0] + rr.var * dil[0], j * strides[1] + rq.var * dil[1], ri.var]
+        return te.sum(E.Call(zero.dtype, OP, (zero, xv, ww[o, rc.var, rr.var, rq.var, ri.var, k])), axis=[rc, rr, rq, ri])
+
+    attrs = {"strides": list(strides), "dilations": list(dil), "pads": (list(lo), list(hi))}
+    acc = compute((N, MB, OH, OW, lanes), body, name=uname(name + "_acc"), tag="conv_nchwc", attrs=attrs)
+    yb = compute((N, MB, OH, OW, lanes), lambda n, o, i, j, k: epilogue(acc[n, o, i, j, k], o, k),
+                 name=uname(name + "_store"), materialize=True, workspace=True)
+    return compute((N, M, OH, OW), lambda n, m, i, j: yb[n, E.floordiv(m, lanes), i, j, E.floormod(m, lanes)],
+                   name=uname(name))
