@@ -122,3 +122,40 @@ def write_outputs(out_dir: str | os.PathLike[str], name: str, results: dict[str,
         fh.write(text)
     return text
 
+
+
+def per_call_us(fn: Callable[[], Any], calls: int, sync: Callable[[], Any] | None = None, rounds: int = 5,
+                warmup: int = 200) -> float:
+    """Microseconds per call of ``fn``: the best of ``rounds`` rounds of ``calls`` back-to-back
+    calls, each round ending with one ``sync()`` (a device synchronisation, timed with the
+    round; none when None), after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    if sync:
+        sync()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if sync:
+            sync()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best * 1e6
+
+
+def tiny_model_onnx() -> tuple[bytes, Any]:
+    """The one-kernel model of the per-call benchmarks (MatMul + Relu, 33x64 @ 64x48, a random
+    float32 weight of seed 0) as ONNX bytes, and its weight."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    w = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [33, 64])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], [nh.from_array(w, "w")])
+    proto = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    proto.ir_version = 8
+    return proto.SerializeToString(), w

@@ -27,12 +27,15 @@ import argparse
 import ctypes
 import json
 import os
-import time
+import sys
 from typing import Any
 
-import ember
-from ember import te
-from ember.runtime.gpu_array import GPUArray
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import per_call_us, tiny_model_onnx  # noqa: E402
+
+import ember  # noqa: E402
+from ember import te  # noqa: E402
+from ember.runtime.gpu_array import GPUArray  # noqa: E402
 
 
 def _vector_add() -> ember.Module:
@@ -48,20 +51,8 @@ def _vector_add() -> ember.Module:
 
 
 def _per_call(fn, calls: int = 50000, sync=None) -> float:
-    for _ in range(500):
-        fn()
-    if sync:
-        sync()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        if sync:
-            sync()
-        best = min(best, (t1 - t0) / calls)
-    return best * 1e6
+    """µs per call over back-to-back calls (benchmarks/common.py's ``per_call_us``)."""
+    return per_call_us(fn, calls, sync, warmup=500)
 
 
 class _NoDriver:
@@ -82,17 +73,7 @@ class _NoDriver:
 
 def _round_us(fn, sync, rounds: int = 5, iters: int = 200) -> float:
     """Best over ``rounds`` of the wall time of ``fn(); sync()``, in µs per iteration."""
-    for _ in range(20):
-        fn()
-    sync()
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-            sync()
-        best = min(best, (time.perf_counter() - t0) / iters)
-    return best * 1e6
+    return per_call_us(lambda: (fn(), sync()), iters, rounds=rounds, warmup=20)
 
 
 def _graph_vs_launches(fn, arrs) -> list[dict[str, float]]:
@@ -138,17 +119,8 @@ def _graph_vs_launches(fn, arrs) -> list[dict[str, float]]:
 def _model_call_costs() -> dict[str, float]:
     """Per-call costs of a one-kernel model (see the module docstring)."""
     import numpy as np
-    from onnx import TensorProto as T
-    from onnx import helper as h
-    from onnx import numpy_helper as nh
 
-    w = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
-    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])], "g",
-                     [h.make_tensor_value_info("x", T.FLOAT, [33, 64])],
-                     [h.make_tensor_value_info("y", T.FLOAT, None)], [nh.from_array(w, "w")])
-    proto = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    proto.ir_version = 8
-    m = ember.compile(proto.SerializeToString(), target="cuda")
+    m = ember.compile(tiny_model_onnx()[0], target="cuda")
     xh = np.ones((33, 64), np.float32)
     x = ember.nd.array(xh, ember.cuda(0))
     out: dict[str, float] = {}

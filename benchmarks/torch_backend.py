@@ -39,7 +39,15 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RESULTS, interleaved, machine, median_ms, write_outputs  # noqa: E402
+from common import (  # noqa: E402
+    RESULTS,
+    interleaved,
+    machine,
+    median_ms,
+    per_call_us,
+    tiny_model_onnx,
+    write_outputs,
+)
 
 import ember  # noqa: E402
 from ember.torch_backend import ember_backend  # noqa: E402
@@ -114,32 +122,15 @@ def import_paths() -> list[dict[str, Any]]:
 
 
 def _tiny(target: str) -> tuple[Any, np.ndarray, np.ndarray]:
-    from onnx import TensorProto as T
-    from onnx import helper as h
-    from onnx import numpy_helper as nh
-
-    w = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
-    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])], "g",
-                     [h.make_tensor_value_info("x", T.FLOAT, [33, 64])],
-                     [h.make_tensor_value_info("y", T.FLOAT, None)], [nh.from_array(w, "w")])
-    proto = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    proto.ir_version = 8
+    """The one-kernel model compiled for ``target``, a random input and its weight."""
+    onnx_bytes, w = tiny_model_onnx()
     x = np.random.default_rng(1).standard_normal((33, 64)).astype(np.float32)
-    return ember.compile(proto.SerializeToString(), target=target, use_cache=False), x, w
+    return ember.compile(onnx_bytes, target=target, use_cache=False), x, w
 
 
 def _per_call_us(fn: Any, sync: Any, calls: int = 3000, rounds: int = 5) -> float:
-    for _ in range(200):
-        fn()
-    sync()
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best * 1e6
+    """µs per call: best of ``rounds`` rounds of ``calls`` back-to-back calls and one ``sync``."""
+    return per_call_us(fn, calls, sync, rounds=rounds)
 
 
 def overhead(cuda: bool) -> dict[str, Any]:

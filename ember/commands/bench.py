@@ -13,15 +13,7 @@ import numpy as np
 
 from ..nd import array as nd_array
 from .anchor import normalised_error, onnx_bytes, ort_run, ort_session
-from .common import (
-    add_input_options,
-    add_model_options,
-    add_timing_options,
-    check_output_paths,
-    model_inputs,
-    open_model,
-    reported,
-)
+from .common import add_measure_options, open_measured, reported
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,14 +22,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Call the model (host arrays in and out) after a warm-up and print the median "
                                    "latency and its spread; with --compare onnxruntime, ONNX Runtime's calls are "
                                    "interleaved with ember's and the ratio is printed.")
-    add_model_options(p)
-    add_input_options(p)
-    add_timing_options(p, warmup=10, repeat=50, what="calls")
+    add_measure_options(p, warmup=10, repeat=50, what="calls",
+                        compare_help="also time ONNX Runtime (with NumPy arrays in and out)")
     p.add_argument("--io", choices=("host", "device"), default="host",
                    help="host (default): NumPy arrays in and out of every call, copies included; device: the "
                         "inputs placed on the model's device once and the outputs left there (run_on_device)")
-    p.add_argument("--compare", choices=("onnxruntime",), default=None,
-                   help="also time ONNX Runtime (with NumPy arrays in and out)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the figures as JSON")
     p.set_defaults(func=run)
 
@@ -65,9 +54,7 @@ def measure(fns: dict[str, Callable[[], Any]], warmup: int, repeat: int) -> dict
 def run(args: argparse.Namespace) -> int:
     """Benchmark ``args.model``."""
     with reported("bench") as status:
-        check_output_paths(args.json)
-        model, secs = open_model(args)
-        feeds = model_inputs(args, model)
+        model, secs, feeds = open_measured(args, args.json)
         if args.io == "device":
             placed = {k: nd_array(v, model.device) for k, v in feeds.items()}
             fns: dict[str, Callable[[], Any]] = {"ember": lambda: model.run_on_device(placed)}

@@ -49,6 +49,26 @@ def add_timing_options(p: argparse.ArgumentParser, warmup: int, repeat: int, wha
     p.add_argument("--repeat", type=int, default=repeat, help=f"timed {what} (default {repeat})")
 
 
+def add_measure_options(p: argparse.ArgumentParser, warmup: int, repeat: int, what: str, compare_help: str) -> None:
+    """The options of the commands that run a model to measure it (``bench``, ``profile``): the
+    model's (:func:`add_model_options`), its inputs' (:func:`add_input_options`), ``--warmup`` and
+    ``--repeat`` of ``what`` (:func:`add_timing_options`) and ``--compare onnxruntime``
+    (``compare_help`` says what it adds)."""
+    add_model_options(p)
+    add_input_options(p)
+    add_timing_options(p, warmup=warmup, repeat=repeat, what=what)
+    p.add_argument("--compare", choices=("onnxruntime",), default=None, help=compare_help)
+
+
+def open_measured(args: argparse.Namespace, *outputs: str | None) -> tuple[Model, float, dict[str, np.ndarray]]:
+    """What a measuring command starts with: its output paths checked (``outputs``, before any
+    work), the model opened (:func:`open_model`: the model and the seconds it took) and the
+    inputs of its runs (:func:`model_inputs`)."""
+    check_output_paths(*outputs)
+    model, secs = open_model(args)
+    return model, secs, model_inputs(args, model)
+
+
 def shape_spec(spec: str) -> tuple[str, list[int]]:
     """``"x=1,3,224,224"`` -> ``("x", [1, 3, 224, 224])`` (an argparse ``type``: a bad spec is a
     usage error)."""

@@ -7,15 +7,7 @@ import argparse
 
 from ..profiler import ProfileResult, device_peaks
 from .anchor import onnx_bytes, ort_node_times
-from .common import (
-    add_input_options,
-    add_model_options,
-    add_timing_options,
-    check_output_paths,
-    model_inputs,
-    open_model,
-    reported,
-)
+from .common import add_measure_options, open_measured, reported
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,17 +16,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Run the model kernel by kernel (device timers on GPUs) and report each "
                                    "kernel's calls, time, FLOPs, bytes, GFLOP/s, GB/s and share of the device's "
                                    "roofline (docs/profiling.md).")
-    add_model_options(p)
-    add_input_options(p)
-    add_timing_options(p, warmup=1, repeat=10, what="runs")
+    add_measure_options(p, warmup=1, repeat=10, what="runs",
+                        compare_help="put ONNX Runtime's own profile (its per-node times) next to each kernel")
     p.add_argument("--by", choices=("kernel", "node"), default="kernel", help="rows of the printed table")
     p.add_argument("--top", type=int, default=20, help="rows printed (default 20)")
     p.add_argument("--csv", default=None, metavar="STATS.csv",
                    help="per-kernel statistics (rocprof --stats columns first)")
     p.add_argument("--trace", default=None, metavar="TRACE.json", help="Chrome trace (Perfetto, chrome://tracing)")
     p.add_argument("--roofline", default=None, metavar="ROOFLINE.png", help="roofline plot (needs matplotlib)")
-    p.add_argument("--compare", choices=("onnxruntime",), default=None,
-                   help="put ONNX Runtime's own profile (its per-node times) next to each kernel")
     peaks = p.add_mutually_exclusive_group()
     peaks.add_argument("--no-peaks", action="store_true", help="leave out the roofline columns (no peaks measured)")
     peaks.add_argument("--measure-peaks", action="store_true",
@@ -45,9 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Profile ``args.model``."""
     with reported("profile") as status:
-        check_output_paths(args.csv, args.trace, args.roofline)
-        model, _ = open_model(args)
-        feeds = model_inputs(args, model)
+        model, _, feeds = open_measured(args, args.csv, args.trace, args.roofline)
         if args.measure_peaks:
             device_peaks(model.device, refresh=True)
         prof = model.profile(feeds, repeat=args.repeat, warmup=args.warmup, peaks=not args.no_peaks)
