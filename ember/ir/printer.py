@@ -84,6 +84,8 @@ def _lines(s: Any, indent: int, out: list[str]) -> None:
             _lines(x, indent, out)
     elif isinstance(s, S.For):
         kind = "" if s.kind is S.ForKind.SERIAL else f"  # {s.kind.value}"
+        if dict(s.annotations).get(S.STATIC_PARALLEL):
+            kind += " (static)"
         if s.thread_tag:
             kind = f"  # bound to {s.thread_tag}"
         lo = expr_str(s.min)

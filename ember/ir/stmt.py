@@ -20,6 +20,12 @@ class ForKind(Enum):
     THREAD_BINDING = "thread_binding"
 
 
+#: ``For.annotations`` key of a ``PARALLEL`` loop whose chunks are statically assigned to
+#: threads (value True): each thread runs the same iterations on every call (the CPU pool's
+#: static mode, for products that stream a large constant operand).
+STATIC_PARALLEL = "static_parallel"
+
+
 class Stmt:
     """Base class of statements."""
 

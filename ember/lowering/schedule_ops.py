@@ -380,6 +380,8 @@ class _Lowering:
             from .pipeline import PIPELINE
 
             notes = ((PIPELINE, st.pipelined[iv]),)
+        if kind is S.ForKind.PARALLEL and iv in st.static_parallel:
+            notes += ((S.STATIC_PARALLEL, True),)
         return S.For(iv.var, E.const(0), simplify(leaves[iv].extent), kind, body, tag, notes)
 
 

@@ -80,6 +80,8 @@ class Stage:
         self.iter_attrs: dict[IterVar, IterAttr] = {}
         #: loops software-pipelined by :meth:`pipeline`, with their number of stages
         self.pipelined: dict[IterVar, int] = {}
+        #: parallel loops whose chunks go to threads statically (:meth:`parallel`)
+        self.static_parallel: set[IterVar] = set()
 
     # -- helpers ----------------------------------------------------------------------------
     @property
@@ -272,8 +274,11 @@ class Stage:
                 )
         self._annotate(ivar, ForKind.THREAD_BINDING, "bind", thread_ivar.thread_tag)
 
-    def parallel(self, ivar: IterVar) -> None:
-        """Run the iterations of loop ``ivar`` on all CPU cores."""
+    def parallel(self, ivar: IterVar, static: bool = False) -> None:
+        """Run the iterations of loop ``ivar`` on all CPU cores. ``static``: each thread runs
+        the same block of iterations on every call (it keeps its share of the data the block
+        reads in its own caches; idle threads still take unstarted chunks), else chunks go to
+        whichever thread asks first."""
         iv = self._axis(ivar, "parallel")
         if iv.kind is IterKind.REDUCE:
             raise ScheduleError(
@@ -281,6 +286,8 @@ class Stage:
                 "would race on the accumulator. Parallelize a data-parallel axis, or rfactor first"
             )
         self._annotate(iv, ForKind.PARALLEL, "parallel")
+        if static:
+            self.static_parallel.add(iv)
 
     def vectorize(self, ivar: IterVar) -> None:
         """Turn loop ``ivar`` (constant extent) into vector instructions."""

@@ -2,8 +2,10 @@
 
 A ``PARALLEL`` loop is outlined into a function that receives its free variables in a struct
 and runs one chunk of the iterations; ``ember_parallel_for`` (:mod:`.pool`: the calling thread
-and the pool's workers claim chunks one at a time) runs them all. Parallel loops nested inside
-another parallel loop run serially.
+and the pool's workers claim chunks one at a time) runs them all, in the pool's static mode
+(each thread its own block of chunks first) when the loop carries the annotation
+``(STATIC_PARALLEL, True)`` (``Stage.parallel(axis, static=True)``), else in its dynamic mode.
+Parallel loops nested inside another parallel loop run serially.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ...ir.verify import verify
 from ...ir.visitor import free_vars
 from ...target import Target
 from . import dot4
+from .pool import DYNAMIC, STATIC
 from .pool import SYMBOL as POOL_SYMBOL
 from .vexp import exp_f32
 
@@ -86,9 +89,10 @@ class CodeGenCPU(CodeGenLLVM):
                 x, b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True, source_etype=struct_ty)
             )
         outlined = self._outline(s, captured, values, struct_ty)
-        pool = self.intrinsic(POOL_SYMBOL, ir.VoidType(), [PTR, PTR, I64, I32])
+        pool = self.intrinsic(POOL_SYMBOL, ir.VoidType(), [PTR, PTR, I64, I32, I32])
         nthreads = int(self.target.opt("num_threads") or 0)
-        b.call(pool, [outlined, closure, extent, ir.Constant(I32, nthreads)])
+        mode = STATIC if dict(s.annotations).get(S.STATIC_PARALLEL) else DYNAMIC
+        b.call(pool, [outlined, closure, extent, ir.Constant(I32, nthreads), ir.Constant(I32, mode)])
 
     def _outline(self, s: S.For, captured: list[E.Var], values: list[ir.Value], struct_ty: ir.Type) -> ir.Function:
         """Two internal functions: ``<name>_par(closure, chunk, nchunks)``, what the pool
