@@ -23,7 +23,8 @@ CPU_FORMAT = "ember-cpu-module/1"
 #: 3: float32 erf and tanh inline (withdrawn: up to 7 ulp, above the project's 1-2 ulp bounds).
 #: 4: parallel loops on ember's pool (:mod:`.pool`) instead of libgomp's parallel regions.
 #: 5: float32 exp inline (:mod:`.vexp`).
-CODEGEN_REVISION = 5
+#: 6: ``ember_parallel_for`` takes a fifth argument, the pool mode (dynamic or static).
+CODEGEN_REVISION = 6
 
 
 class CPUBackend(Backend):
