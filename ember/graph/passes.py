@@ -26,6 +26,7 @@ from ..ops.util import uname
 from ..strategy.base import Strategy
 from ..transform import Pass, PassContext, Sequential
 from .ir import Graph, Node, TensorInfo
+from .qdq_fusion import FuseQDQ
 from .recurrent import ExpandRecurrent
 
 
@@ -463,9 +464,10 @@ class Fuse(Pass):
 
 def default_graph_pipeline(progress: Callable[[str], None] | None = None) -> Sequential:
     """The graph optimization of a model compile, as a :class:`~ember.transform.Sequential` named
-    ``OptimizeGraph``: :class:`InferAndFold` (``progress`` is told about each folded node),
+    ``OptimizeGraph``: :class:`~ember.graph.qdq_fusion.FuseQDQ` (QDQ groups as integer operators,
+    before folding dequantizes the weights), :class:`InferAndFold` (``progress`` is told about each folded node),
     :class:`~ember.graph.recurrent.ExpandRecurrent` (LSTM/GRU/RNN as GEMM steps), :class:`Simplify`,
     :class:`DeadCodeElimination`. Run it as ``default_graph_pipeline(p)(graph)``;
     the result is what ``optimize(graph, p)`` gave."""
-    return Sequential([InferAndFold(progress=progress), ExpandRecurrent(), Simplify(), DeadCodeElimination()],
-                      name="OptimizeGraph")
+    return Sequential([FuseQDQ(), InferAndFold(progress=progress), ExpandRecurrent(), Simplify(),
+                       DeadCodeElimination()], name="OptimizeGraph")
