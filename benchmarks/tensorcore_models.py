@@ -1,14 +1,15 @@
-"""float16 networks on tensor cores: ember next to PyTorch eager (cuDNN/cuBLAS) and torch.compile,
-in one run on an NVIDIA GPU.
+"""Networks on the GPU: ember next to PyTorch eager (cuDNN/cuBLAS), torch.compile (default mode) and
+torch.compile ``mode="reduce-overhead"`` (CUDA graphs, the issue's bar), in one run on an NVIDIA GPU.
 
 Cases: ResNet-50 (the seeded test network of ``tests/models/nets.py``) at batch 1 and 32, and
 BERT-base (``transformers`` default config, random weights, sequence 128, batch 1), each exported
-to ONNX in float16 from the CUDA model. ember's output is compared with PyTorch's (the largest
+to ONNX in float16 from the CUDA model; with ``--fp32`` also ResNet-50 batch 1 and BERT-base in
+float32 (TF32 off on both sides). ember's output is compared with PyTorch's (the largest
 difference relative to the largest output, float16 on both sides). Times are medians of
 CUDA-synchronised calls with inputs already on the device. Writes ``tensorcore_models.json`` and
 ``.md`` to ``--out``.
 
-    python benchmarks/tensorcore_models.py --out benchmarks/results [--models DIR] [--quick]
+    python benchmarks/tensorcore_models.py --out benchmarks/results [--models DIR] [--quick] [--fp32] [--only NAME]
 """
 
 from __future__ import annotations
@@ -75,15 +76,22 @@ def to_float16(model: Any) -> Any:
     return model
 
 
-def _cases(directory: Path, quick: bool) -> list[tuple[str, Any, dict[str, Any], Path]]:
+def _cases(directory: Path, quick: bool, with_fp32: bool = False) -> list[tuple[str, Any, dict[str, Any], Path]]:
+    import copy
+
     import torch
     from nets import randomize_bn, resnet50
 
     torch.manual_seed(0)
     net = resnet50().eval()
     randomize_bn(net)
-    net = net.cuda().half()
     cases = []
+    if with_fp32:
+        net32 = copy.deepcopy(net).cuda()
+        x = torch.randn(1, 3, 224, 224, device="cuda")
+        path = _export(net32, (x,), directory / "resnet50_fp32_b1.onnx", ["input"], ["output"])
+        cases.append(("resnet50_fp32_b1", net32, {"input": x}, path))
+    net = net.cuda().half()
     for batch in ((1,) if quick else (1, 32)):
         x = torch.randn(batch, 3, 224, 224, device="cuda").half()
         path = _export(net, (x,), directory / f"resnet50_fp16_b{batch}.onnx", ["input"], ["output"])
@@ -113,6 +121,11 @@ def _cases(directory: Path, quick: bool) -> list[tuple[str, Any, dict[str, Any],
         onnx.save(to_float16(onnx.load(str(fp32))), str(path))
         wrapper.half()
     cases.append(("bert_base_fp16_seq128", wrapper, {"input_ids": ids, "attention_mask": mask}, path))
+    if with_fp32:
+        w32 = copy.deepcopy(wrapper).float()
+        path32 = _export(w32, (ids, mask), directory / f"bert_base_fp32_l{cfg.num_hidden_layers}.onnx",
+                         ["input_ids", "attention_mask"], ["last_hidden_state"])
+        cases.append(("bert_base_fp32_seq128", w32, {"input_ids": ids, "attention_mask": mask}, path32))
     return cases
 
 
@@ -122,8 +135,13 @@ def main() -> int:
     ap.add_argument("--models", default=None, help="directory for the exported ONNX files (default: a temp dir)")
     ap.add_argument("--quick", action="store_true", help="batch 1 and a 2-layer BERT only")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--fp32", action="store_true", help="also ResNet-50 batch 1 and BERT-base in float32 (TF32 off)")
+    ap.add_argument("--only", action="append", default=None, help="run only the named case (repeatable)")
     args = ap.parse_args()
     import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
     directory = Path(args.models or tempfile.mkdtemp(prefix="ember-tc-models-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -131,9 +149,12 @@ def main() -> int:
     results: dict = {"device": dev.attributes["device_name"], "torch": torch.__version__,
                      "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "timing": "median of 40 CUDA-synchronised calls, inputs on the device", "results": {}}
-    lines = ["| model | ember ms | torch eager ms | torch.compile ms | ember / eager | ember / compile | "
-             "max rel diff vs torch | kernels | compile s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for name, net, feeds, path in _cases(directory, args.quick):
+    lines = ["| model | ember ms | torch eager ms | torch.compile ms | reduce-overhead ms | ember / eager | "
+             "ember / compile | ember / reduce-overhead | max rel diff vs torch | kernels | compile s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, net, feeds, path in _cases(directory, args.quick, args.fp32):
+        if args.only and name not in args.only:
+            continue
         os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-cache-")
         t0 = time.perf_counter()
         model = ember.compile(str(path), target="cuda")
@@ -147,25 +168,32 @@ def main() -> int:
         t_ember = _median_ms(lambda m=model, f=dev_feeds: m.run_on_device(**f), dev.sync)
         with torch.no_grad():
             t_eager = _median_ms(lambda n=net, f=feeds: n(*f.values()), torch.cuda.synchronize)
-            t_comp = None
+            t_comp = t_ro = None
             if not args.no_compile:
                 try:
                     comp = torch.compile(net)
                     t_comp = _median_ms(lambda c=comp, f=feeds: c(*f.values()), torch.cuda.synchronize, warmup=3)
+                    torch._dynamo.reset()
+                    ro = torch.compile(net, mode="reduce-overhead")
+                    t_ro = _median_ms(lambda c=ro, f=feeds: c(*f.values()), torch.cuda.synchronize, warmup=5)
+                    torch._dynamo.reset()
                 except Exception as err:  # noqa: BLE001 - report, do not stop the benchmark
                     print(f"torch.compile failed on {name}: {err}", file=sys.stderr)
         prof = model.profile(**host)
         r = {"ember_ms": t_ember, "torch_eager_ms": t_eager, "torch_compile_ms": t_comp,
              "ember_over_eager": t_ember / t_eager, "ember_over_compile": t_ember / t_comp if t_comp else None,
+             "torch_compile_reduce_overhead_ms": t_ro, "ember_over_reduce_overhead": t_ember / t_ro if t_ro else None,
              "max_rel_diff_vs_torch": diff,
              "kernels": len(model._program.functions) if model._program is not None else None,
              "compile_s_cold_cache": round(compile_s, 1),
              "slowest_kernels_ms": [(k, round(v * 1e3, 4)) for k, v in sorted(prof, key=lambda p: -p[1])[:8]]}
         results["results"][name] = r
         comp_s = f"{t_comp:.3f}" if t_comp else "n/a"
+        ro_s = f"{t_ro:.3f}" if t_ro else "n/a"
         ratio_c = f"{t_ember / t_comp:.2f}" if t_comp else "n/a"
-        lines.append(f"| {name} | {t_ember:.3f} | {t_eager:.3f} | {comp_s} | {t_ember / t_eager:.2f} | {ratio_c} | "
-                     f"{diff:.1e} | {r['kernels']} | {r['compile_s_cold_cache']} |")
+        ratio_ro = f"{t_ember / t_ro:.2f}" if t_ro else "n/a"
+        lines.append(f"| {name} | {t_ember:.3f} | {t_eager:.3f} | {comp_s} | {ro_s} | {t_ember / t_eager:.2f} | "
+                     f"{ratio_c} | {ratio_ro} | {diff:.1e} | {r['kernels']} | {r['compile_s_cold_cache']} |")
         print(name, json.dumps(r, indent=1), flush=True)
     print(write_outputs(args.out, "tensorcore_models", results, lines))
     return 0

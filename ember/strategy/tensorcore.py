@@ -80,23 +80,43 @@ def default_tile(intrin: MatrixIntrinsic) -> TCTile:
     return TCTile()
 
 
-def tile_for_domain(acc: te.Tensor, intrin: MatrixIntrinsic) -> TCTile:
+#: Blocks a model's tensor-core product should launch to fill the GPU (the H100 has 132
+#: multiprocessors, the A100 108): the tiling is the largest that still gives this many.
+MIN_TC_BLOCKS = 128
+BLOCK_SIDES = (128, 64, 32, 16)
+
+
+def tile_for_domain(acc: te.Tensor, intrin: MatrixIntrinsic, min_blocks: int = MIN_TC_BLOCKS) -> TCTile:
     """The tiling of an accumulator whose domain is whole tiles (``ops.nn.tensorcore_product``
-    pads rows and columns to powers of two from 16 to 128, ``k`` to 32): the largest block of at
-    most 128 x 128 that divides it, warps of at most 64 x 64, chunks of 64 along ``k`` where
-    they divide (else 32)."""
+    pads rows and columns to powers of two from 16 to 128, ``k`` to 32): of the blocks of at most
+    128 x 128 that divide it, the largest (squarest on a tie) that still launches ``min_blocks``
+    blocks, counting the leading (batch) axes; when none does, the one that launches the most
+    (a late ResNet layer at batch 1, 512 x 49 outputs, gets 128 blocks of 16 x 16 instead of 4 of
+    128 x 128). Warp tiles are half the block along each side (four warps), within the
+    instruction's shape and at most 64 x 64 (32 x 32 for RDNA3's WMMA); chunks of 64 along ``k``
+    where they divide (else 32)."""
     from ..arith import simplify
 
-    *_, mp, np_ = (int(simplify(x).value) for x in acc.shape)  # type: ignore[union-attr]
+    *lead, mp, np_ = (int(simplify(x).value) for x in acc.shape)  # type: ignore[union-attr]
     kp = int(simplify(acc.op.reduce_axis[0].dom.extent).value)  # type: ignore[union-attr]
+    batch = 1
+    for x in lead:
+        batch *= x
+    cands = [(bm, bn) for bm in BLOCK_SIDES if mp % bm == 0 for bn in BLOCK_SIDES if np_ % bn == 0]
+    if not cands:
+        raise ScheduleError(f"the accumulator's domain {mp} x {np_} is not whole 16 x 16 tiles")
 
-    def block(n: int) -> int:
-        return next(b for b in (128, 64, 32, 16) if n % b == 0)
+    def blocks(c: tuple[int, int]) -> int:
+        return batch * (mp // c[0]) * (np_ // c[1])
 
-    bm, bn = block(mp), block(np_)
+    enough = [c for c in cands if blocks(c) >= min_blocks]
+    if enough:
+        bm, bn = max(enough, key=lambda c: (c[0] * c[1], -abs(c[0] - c[1])))
+    else:
+        bm, bn = max(cands, key=lambda c: (blocks(c), -abs(c[0] - c[1])))
     base = default_tile(intrin)
-    wm, wn = min(base.wm, bm), min(base.wn, bn)
-    wm, wn = max(wm, intrin.m), max(wn, intrin.n)
+    wm = max(intrin.m, min(base.wm, bm // 2))
+    wn = max(intrin.n, min(base.wn, bn // 2))
     return TCTile(bm, bn, 64 if kp % 64 == 0 else 32, wm, wn, base.stages)
 
 

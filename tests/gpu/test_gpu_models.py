@@ -295,3 +295,19 @@ def test_one_gpu_model_serves_many_threads(cuda_dev, rng) -> None:
         t.join()
     assert not errors, errors[:3]
     assert not wrong, f"{len(wrong)} of 200 answers wrong, worst {max(wrong)}"
+
+
+@pytest.mark.parametrize("rows, width", [(129, 1000), (7, 77), (3, 4099)])
+def test_row_reductions_split_over_threads_match_onnxruntime(cuda_dev, rng, rows, width) -> None:
+    """LayerNormalization, Softmax and ReduceSum over rows that no block of threads divides run
+    as cross-thread reductions (rfactor + warp shuffles) and match ONNX Runtime."""
+    nodes = [h.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5),
+             h.make_node("Softmax", ["x"], ["z"], axis=-1),
+             h.make_node("ReduceSum", ["x", "ax"], ["w"], keepdims=0)]
+    inits = [nh.from_array(_f32(rng, width), "s"), nh.from_array(_f32(rng, width), "b"),
+             nh.from_array(np.array([1], np.int64), "ax")]
+    model = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [rows, width])],
+                   [h.make_tensor_value_info("y", T.FLOAT, [rows, width]),
+                    h.make_tensor_value_info("z", T.FLOAT, [rows, width]),
+                    h.make_tensor_value_info("w", T.FLOAT, [rows])], inits)
+    _check(model, {"x": _f32(rng, rows, width, lo=-4, hi=4)}, tol=1e-5)
