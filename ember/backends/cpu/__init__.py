@@ -24,7 +24,8 @@ CPU_FORMAT = "ember-cpu-module/1"
 #: 4: parallel loops on ember's pool (:mod:`.pool`) instead of libgomp's parallel regions.
 #: 5: float32 exp inline (:mod:`.vexp`).
 #: 6: ``ember_parallel_for`` takes a fifth argument, the pool mode (dynamic or static).
-CODEGEN_REVISION = 6
+#: 7: float32 tanh inline (:mod:`.vtanh`, <= 1 ulp).
+CODEGEN_REVISION = 7
 
 
 class CPUBackend(Backend):
