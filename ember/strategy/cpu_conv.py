@@ -29,8 +29,9 @@ stage that stores that view: the output's spatial axes are fused into one column
 ``mr x nr`` like the GEMM; at each tile the GEMM accumulates an ``mr x nr`` register block
 (scope ``local``) and the epilogue reads it, so the product never goes through memory and the
 activation costs no extra pass over the output. Its knobs are those of the packed GEMM
-(:func:`ember.strategy.cpu_gemm.packed_gemm_space`: the tuner sees the same space), and the
-default point is the same heuristic.
+(:func:`ember.strategy.cpu_gemm.packed_gemm_space`: the tuner sees the same space), the default
+point is the same heuristic, and the register tile's loops are the GEMM's own
+(:func:`ember.strategy.cpu_gemm.schedule_tile`).
 
 When the view is read by more than one stored stage (a convolution whose raw output is also an
 output of the fused kernel), the GEMM is scheduled on its own as before
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from .. import te
 from .base import extent
-from .cpu_gemm import schedule_packed_gemm
+from .cpu_gemm import schedule_packed_gemm, schedule_tile
 from .space import ConfigEntity, ConfigSpace
 
 if TYPE_CHECKING:
@@ -120,18 +121,7 @@ def schedule_conv_gemm(
         out.reorder(b, no, mo, mi, ni)
         stage.compute_at(out, mo)
     out.vectorize(ni)
-    cb, cm, cn = stage.op.axis
-    red = list(stage.op.reduce_axis)
-    rc, taps_axes = red[0], red[1:]
-    chunks, kc = cfg["tile_k"].size
-    if chunks == 1:
-        stage.reorder(rc, *taps_axes, cm, cn)
-    else:
-        ko, ki = stage.split(rc, factor=kc)
-        stage.reorder(ko, ki, *taps_axes, cm, cn)
-    if cfg["unroll_m"].val:
-        stage.unroll(cm)
-    stage.vectorize(cn)
+    schedule_tile(stage, cfg)
     fused = out.fuse(b, mo) if weights_outer else out.fuse(b, no)
     if cfg["parallel"].val:
         out.parallel(fused)

@@ -363,7 +363,7 @@ def schedule_product_in_store(s: te.Schedule, stage: te.Stage, out: te.Stage, cf
         par = mo if by_rows else ng
         stage.compute_at(out, nin)
     out.vectorize(ni)
-    _schedule_tile(stage, cfg)
+    schedule_tile(stage, cfg)
     if cfg["parallel"].val:
         out.parallel(par)
     pack = _panel_pack_stage(s, op)
@@ -371,10 +371,12 @@ def schedule_product_in_store(s: te.Schedule, stage: te.Stage, out: te.Stage, cf
         _schedule_pack(s, pack)
 
 
-def _schedule_tile(tile: te.Stage, cfg: ConfigEntity) -> None:
-    """The loops of an ``mr x nr`` register tile (axes ``(b, m, n)``, reductions ``(c, taps...)``):
-    the first reduction axis (split by ``tile_k``) and the taps outside, the tile rows (unrolled
-    by ``unroll_m``) and the vectorized panel width inside."""
+def schedule_tile(tile: te.Stage, cfg: ConfigEntity) -> None:
+    """The loops of an ``mr x nr`` register tile (axes ``(b, m, n)``, reductions ``(c, taps...)``)
+    at point ``cfg`` of :func:`packed_gemm_space`: the first reduction axis (split by ``tile_k``)
+    and the taps outside, the tile rows (unrolled by ``unroll_m``) and the vectorized panel
+    width inside. Shared by every register structure: a standalone GEMM, a matrix product and a
+    convolution's GEMM computed in their readers' stores."""
     _, cm, cn = tile.op.axis
     red = list(tile.op.reduce_axis)
     rc, taps_axes = red[0], red[1:]
@@ -439,7 +441,7 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
         s[cc].compute_at(st, mo)
         fused = st.fuse(b, no)
     st.vectorize(ni)
-    _schedule_tile(s[cc], cfg)
+    schedule_tile(s[cc], cfg)
     if cfg["parallel"].val:
         st.parallel(fused)
     pack = _panel_pack_stage(s, op)
