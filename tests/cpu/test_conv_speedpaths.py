@@ -1,0 +1,219 @@
+"""The fast paths of the blocked (NCHW[x]c) convolutions, each against the float64 NumPy
+convolution at sizes no block, register tile or unrolled tap loop divides.
+
+* Depthwise convolutions read their taps straight from the input (``masked_read``: clamped
+  reads whose bits are zeroed in the padding, no padded copy): 3x3 and 5x5, stride 1 and 2,
+  symmetric, asymmetric and TensorFlow-"SAME" padding, dilation, batch 2, channel counts the
+  block does not divide, for the host, ``-mcpu=haswell`` (AVX2, 8-lane blocks) and
+  ``-mcpu=skylake-avx512`` (16 lanes); AArch64 is compile-checked.
+* The padding reads zero *exactly*: infinities and NaNs on the image border stay where ONNX
+  puts them and never leak into outputs through a padded tap (a read of the clamped neighbour
+  multiplied by zero would turn them into NaN). Checked for the depthwise taps and for the
+  padded copy the dense convolutions read.
+
+Outputs are poisoned with NaN before each run. Tolerance: float32 accumulation over at most
+~500 products of O(1) values against float64: rtol = atol = 1e-4.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ember
+from ember import te
+from ember.ops.conv_nchwc import CONV_NCHWC, DEPTHWISE_NCHWC
+from ember.ops.registry import OpContext, call
+from ember.strategy.cpu import CPUStrategy
+from ember.target import Target
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conv_reference import conv2d_ref  # noqa: E402
+
+TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+TARGETS = [
+    pytest.param("llvm", id="host"),
+    pytest.param("llvm -mcpu=haswell", id="haswell"),
+    pytest.param("llvm -mcpu=skylake-avx512", id="skylake-avx512"),
+]
+
+
+def _skip_unless_runnable(target: str) -> None:
+    if target == "llvm":
+        return
+    need = ("avx512f",) if "avx512" in target else ("avx2", "fma")
+    have = Target("llvm").features
+    if not all(f in have for f in need):
+        pytest.skip(f"this CPU cannot run code for {target}")
+
+
+def _block(x: np.ndarray, b: int) -> np.ndarray:
+    """NCHW -> NCHW{b}c, zero-padded channels."""
+    n, c, h, w = x.shape
+    cb = -(-c // b)
+    xp = np.zeros((n, cb * b, h, w), x.dtype)
+    xp[:, :c] = x
+    return xp.reshape(n, cb, b, h, w).transpose(0, 1, 3, 4, 2).copy()
+
+
+def _unblock(y: np.ndarray, c: int) -> np.ndarray:
+    n, cb, h, w, b = y.shape
+    return y.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w)[:, :c]
+
+
+def _block_dw_weight(w: np.ndarray, b: int) -> np.ndarray:
+    """(C, 1, KH, KW) -> OIHW{b}o, zero-padded."""
+    c, _, kh, kw = w.shape
+    cb = -(-c // b)
+    wp = np.zeros((cb * b, 1, kh, kw), w.dtype)
+    wp[:c] = w
+    return wp.reshape(cb, b, 1, kh, kw).transpose(0, 2, 3, 4, 1).copy()
+
+
+def _block_weight(w: np.ndarray, ib: int, ob: int) -> np.ndarray:
+    """OIHW -> OIHW{ib}i{ob}o, zero-padded."""
+    m, c, kh, kw = w.shape
+    mb, cb = -(-m // ob), -(-c // ib)
+    wp = np.zeros((mb * ob, cb * ib, kh, kw), w.dtype)
+    wp[:m, :c] = w
+    return wp.reshape(mb, ob, cb, ib, kh, kw).transpose(0, 2, 4, 5, 3, 1).copy()
+
+
+def _block_bias(b: np.ndarray, ob: int) -> np.ndarray:
+    bp = np.zeros(-(-b.shape[0] // ob) * ob, b.dtype)
+    bp[: b.shape[0]] = b
+    return bp.reshape(-1, ob)
+
+
+def _run(op: str, arrays: list[np.ndarray], attrs: dict, target: str) -> np.ndarray:
+    """Build ``op`` with ``target``'s CPU schedule (its default knobs) and run it on a NaN-poisoned
+    output."""
+    strategy = CPUStrategy(target)
+    phs = [te.placeholder(a.shape, "float32", name=f"in{k}") for k, a in enumerate(arrays)]
+    names = [f"in{k}" for k in range(len(arrays))]
+    (out,) = call(OpContext(op, attrs, names, {}, 17, "n0", strategy=strategy), phs)
+    s = strategy.schedule_group([out])
+    used = {id(st.op) for st in s.stages}
+    ins = [(p, a) for p, a in zip(phs, arrays) if id(p.op) in used]
+    f = ember.build(s, [p for p, _ in ins] + [out], target=target, name="conv")
+    res = np.full([int(d.value) for d in out.shape], np.nan, np.float32)
+    f(*[a for _, a in ins], res)
+    return res
+
+
+def _depthwise(x: np.ndarray, w: np.ndarray, b: np.ndarray, strides, pads, dil, target: str) -> np.ndarray:
+    lanes = Target(target).vector_lanes(32)
+    attrs = {"strides": list(strides), "pads": list(pads), "dilations": list(dil)}
+    got = _run(DEPTHWISE_NCHWC, [_block(x, lanes), _block_dw_weight(w, lanes), _block_bias(b, lanes)], attrs, target)
+    c = x.shape[1]
+    assert not np.any(_unblock(got, got.shape[1] * lanes)[:, c:])  # padding channels are zero
+    return _unblock(got, c)
+
+
+# (N, C, H, W), K, strides, pads (t, l, b, r), dilations
+DEPTHWISE = [
+    pytest.param((1, 19, 13, 17), 3, (1, 1), (1, 1, 1, 1), (1, 1), id="3x3-s1"),
+    pytest.param((2, 21, 15, 23), 3, (2, 2), (1, 1, 1, 1), (1, 1), id="3x3-s2-batch2"),
+    pytest.param((1, 13, 16, 18), 3, (2, 2), (0, 0, 1, 1), (1, 1), id="3x3-s2-tf-same"),
+    pytest.param((1, 35, 11, 19), 5, (1, 1), (2, 2, 2, 2), (1, 1), id="5x5-s1"),
+    pytest.param((1, 21, 18, 22), 5, (2, 2), (1, 1, 2, 2), (1, 1), id="5x5-s2-tf-same"),
+    pytest.param((1, 17, 12, 9), 3, (1, 2), (2, 0, 1, 3), (1, 1), id="asym-strides-pads"),
+    pytest.param((1, 16, 14, 13), 3, (1, 1), (2, 2, 2, 2), (2, 2), id="dilated"),
+    pytest.param((1, 9, 5, 4), 5, (1, 1), (3, 3, 3, 3), (1, 1), id="pad-wider-than-image"),
+    pytest.param((1, 24, 10, 10), 3, (2, 2), (0, 0, 0, 0), (1, 1), id="unpadded"),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("xs, k, strides, pads, dil", DEPTHWISE)
+def test_depthwise_taps_read_in_place_match_float64(rng, target, xs, k, strides, pads, dil):
+    _skip_unless_runnable(target)
+    c = xs[1]
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    got = _depthwise(x, w, b, strides, pads, dil, target)
+    np.testing.assert_allclose(got, conv2d_ref(x, w, b, strides, pads, dil, group=c), **TOL)
+
+
+def _border_specials(rng, shape: tuple[int, ...]) -> np.ndarray:
+    """Random values with +inf, -inf and NaN on the image's border rows and columns."""
+    x = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    x[:, 0::3, 0, :] = np.inf
+    x[:, 1::3, :, -1] = -np.inf
+    x[:, 2::3, -1, :] = np.nan
+    x[:, :, :, 0] = np.where(np.arange(shape[2]) % 2 == 0, np.inf, x[:, :, :, 0])
+    return x
+
+
+def _same_specials(got: np.ndarray, ref: np.ndarray) -> None:
+    """Equal where finite (to the tolerance), and +inf, -inf and NaN at exactly the same places."""
+    for pred in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(pred(got), pred(ref))
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(got[fin], ref[fin], **TOL)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("strides, pads", [((1, 1), (1, 1, 1, 1)), ((2, 2), (1, 1, 1, 1)), ((2, 2), (0, 0, 1, 1))])
+def test_depthwise_padding_is_exact_zero_next_to_infinities(rng, target, strides, pads):
+    """Positive weights: the reference has infinities (never NaN from a padded tap) wherever a
+    window holds an infinity; a padding tap that read the clamped border value would give NaN."""
+    _skip_unless_runnable(target)
+    x = _border_specials(rng, (1, 21, 9, 11))
+    w = rng.uniform(0.5, 1.5, (21, 1, 3, 3)).astype(np.float32)
+    b = np.zeros(21, np.float32)
+    with np.errstate(invalid="ignore"):
+        ref = conv2d_ref(x, w, b, strides, pads, (1, 1), group=21)
+    _same_specials(_depthwise(x, w, b, strides, pads, (1, 1), target), ref)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_padded_copy_of_dense_conv_is_exact_zero_next_to_infinities(rng, target):
+    """The dense blocked convolution reads a padded copy of its input (``nchwc_pad``), made with
+    the same masked read: infinities and NaNs on the border reach exactly the outputs they
+    should. One input channel (so no zero weight meets another channel's infinity), 5 outputs,
+    positive weights, asymmetric padding."""
+    _skip_unless_runnable(target)
+    lanes = Target(target).vector_lanes(32)
+    x = _border_specials(rng, (1, 3, 8, 13))[:, 1:2]
+    w = rng.uniform(0.5, 1.5, (5, 1, 3, 3)).astype(np.float32)
+    b = np.zeros(5, np.float32)
+    pads = (1, 2, 1, 0)
+    attrs = {"strides": [1, 1], "pads": list(pads), "dilations": [1, 1]}
+    got = _run(CONV_NCHWC, [_block(x, 1), _block_weight(w, 1, lanes), _block_bias(b, lanes)], attrs, target)
+    with np.errstate(invalid="ignore"):
+        ref = conv2d_ref(x, w, b, (1, 1), pads)
+    _same_specials(_unblock(got, 5), ref)
+
+
+def test_depthwise_for_aarch64_is_compile_checked():
+    target = "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"
+    strategy = CPUStrategy(target)
+    x = te.placeholder((1, 3, 9, 11, 4), "float32", name="x")
+    w = te.placeholder((3, 1, 5, 5, 4), "float32", name="w")
+    attrs = {"pads": [1, 1, 2, 2], "strides": [2, 2]}
+    (out,) = call(OpContext(DEPTHWISE_NCHWC, attrs, ["x", "w"], {}, 17, "n0", strategy=strategy), [x, w])
+    from ember.backends.cpu.codegen import assembly, compile_cpu
+    from ember.lowering import lower
+
+    compiled = compile_cpu([lower(strategy.schedule_group([out]), [x, w, out], "dw", target=target)], Target(target))
+    asm = assembly(compiled.llvm_ir, Target(target))
+    assert "fmla" in asm and "umin" in asm
+
+
+def test_depthwise_for_haswell_holds_vector_fmas_only():
+    """AVX2 code: ymm FMAs and the unsigned minimum that zeroes padded taps, nothing AVX-512."""
+    target = "llvm -mcpu=haswell"
+    strategy = CPUStrategy(target)
+    x = te.placeholder((1, 3, 9, 11, 8), "float32", name="x")
+    w = te.placeholder((3, 1, 3, 3, 8), "float32", name="w")
+    attrs = {"pads": [1, 1, 1, 1], "strides": [2, 2]}
+    (out,) = call(OpContext(DEPTHWISE_NCHWC, attrs, ["x", "w"], {}, 17, "n0", strategy=strategy), [x, w])
+    f = ember.build(strategy.schedule_group([out]), [x, w, out], target=target, name="dw")
+    asm = f.get_source("asm")
+    assert "vfmadd" in asm and "vpminud" in asm and "%ymm" in asm and "%zmm" not in asm
