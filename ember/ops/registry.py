@@ -182,4 +182,5 @@ def _load_all() -> None:
             signal,
             training,
             transform,
+            winograd_nchwc,
         )

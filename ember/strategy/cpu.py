@@ -30,6 +30,7 @@ from .cpu_conv import (
 )
 from .cpu_gemm import is_fused_product, packed_gemm_space, schedule_fast
 from .cpu_layout import CPULayoutPolicy
+from .cpu_winograd import WINOGRAD_TAGS, schedule_winograd
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
 
 PARALLEL_MIN_WORK = 1 << 14
@@ -164,6 +165,9 @@ def schedule_group(
             space_c = conv_nchwc_space(op, strategy)
             schedule_conv_nchwc(s, stage, strategy, config if op is tuned and config is not None else space_c.default,
                                 handled)
+            continue
+        if isinstance(op, ComputeOp) and op.tag in WINOGRAD_TAGS:
+            schedule_winograd(s, stage, strategy, handled, parallel)
             continue
         if parallel and isinstance(op, ComputeOp) and is_fusable_conv_gemm(op):
             space = packed_gemm_space(op, strategy)

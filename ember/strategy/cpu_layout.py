@@ -22,15 +22,45 @@ from __future__ import annotations
 
 from ..ops.conv_nchwc import CONV_NCHWC, DEPTHWISE_NCHWC, GLOBAL_POOL_NCHWC
 from ..ops.layout_transform import LayoutSite, NodeLayouts, ValueLayout
+from ..ops.winograd_nchwc import WINOGRAD_NCHWC
 from ..target import Target
+
+#: Winograd is chosen for 3x3 stride-1 convolutions with at least this many input and output
+#: channels (see :meth:`CPULayoutPolicy.use_winograd`).
+WINOGRAD_MIN_CHANNELS = 64
+#: ... and at least this many output tiles of 4 x 4 per image.
+WINOGRAD_MIN_TILES = 9
 
 
 class CPULayoutPolicy:
     """Blocked layouts for the convolutions of an ``llvm`` target (see the module docstring)."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, winograd: bool = True) -> None:
         self.target = target
         self.block = max(1, target.vector_lanes(32))
+        self.winograd = winograd
+
+    def use_winograd(self, site: LayoutSite) -> int | None:
+        """The Winograd tile ``m`` (F(m x m, 3 x 3), :mod:`ember.ops.winograd_nchwc`) for the
+        ``Conv`` at ``site``, or None for the direct blocked convolution: Winograd when enabled
+        (``winograd``), for a 3x3 kernel with stride 1, dilation 1, ``group == 1``, at least
+        ``WINOGRAD_MIN_CHANNELS`` input and output channels and ``WINOGRAD_MIN_TILES`` output
+        tiles per image."""
+        if not self.winograd:
+            return None
+        x, w = site.inputs[0], site.inputs[1]
+        assert x is not None and w is not None
+        if tuple(w.shape[2:]) != (3, 3) or int(site.attrs.get("group", 1)) != 1:
+            return None
+        if any(int(v) != 1 for v in list(site.attrs.get("strides", [])) + list(site.attrs.get("dilations", []))):
+            return None
+        c, k = x.shape[1], w.shape[0]
+        if min(c, k) < WINOGRAD_MIN_CHANNELS or not site.outputs or len(site.outputs[0].shape) != 4:
+            return None
+        oh, ow = site.outputs[0].shape[2], site.outputs[0].shape[3]
+        if -(-oh // 4) * -(-ow // 4) < WINOGRAD_MIN_TILES:
+            return None
+        return 4
 
     def layouts(self, site: LayoutSite) -> NodeLayouts | None:
         """``NodeLayouts`` placing a float32 2-D Conv with constant weights (``group == 1``, or
@@ -58,6 +88,9 @@ class CPULayoutPolicy:
         if group == 1:
             ib = c if c < xb else xb
             ins = [ValueLayout.of("NCHW", f"NCHW{ib}c"), ValueLayout.of("OIHW", f"OIHW{ib}i{xb}o")]
+            tile = self.use_winograd(site)
+            if tile is not None:
+                return NodeLayouts(ins + bias, out, op=WINOGRAD_NCHWC, attrs=dict(site.attrs, tile=tile))
             return NodeLayouts(ins + bias, out, op=CONV_NCHWC, attrs=dict(site.attrs))
         if group == c == m and w.shape[1] == 1:
             ins = [ValueLayout.of("NCHW", f"NCHW{xb}c"), ValueLayout.of("OIHW", f"OIHW{xb}o")]
