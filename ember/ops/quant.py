@@ -29,7 +29,7 @@ from .nn import conv_pads, conv_tensor
 from .packed_lowp import packed_product, wide_copy
 from .registry import NeedValue, OpContext, register
 from .util import bcast_load, broadcast_shapes, cast, compute, dtype_of, ints, norm_axis, shape, uname
-from .vnni import channel_block, conv2d_vnni_nchwc, conv_lanes, has_vnni, vnni_product
+from .vnni import channel_block, conv1x1_vnni, conv2d_vnni_nchwc, conv_lanes, has_vnni, vnni_product
 
 _RANGES = {
     "uint8": (0, 255),
@@ -539,17 +539,30 @@ def _conv2d_vnni_direct(
         wsum = compute((M,), lambda m: te.sum(cast(w[m, rc.var, rr.var, rq.var], i32), axis=[rc, rr, rq]),
                        name=uname("qconv_wsum"))
         terms.append(lambda m: E.const(0, i32) - cx * wsum[m])
-    corr = None
-    if terms:
-        corr = channel_block(lambda m: _sum_terms(terms, m), M, lanes, i32, "qconv_corr")
+    if KH == KW == 1 and not any(lo) and not any(hi):
+        # 1x1: the packed GEMM of weights x pixel panels, stored channel-major (no transposition)
+        corr1 = compute((M,), lambda m: _sum_terms(terms, m), name=uname("qconv_corr"),
+                        constant_layout=True) if terms else None
+        mult1 = compute((M,), lambda m: cast(requant[0](m), "float32"), name=uname("qconv_mult"),
+                        constant_layout=True) if requant is not None else None
+
+        def row_epilogue(acc: E.PrimExpr, m: Any) -> E.PrimExpr:
+            v = acc + corr1[m] if corr1 is not None else acc
+            if requant is None or mult1 is None:
+                return v
+            return _requant_f32(ctx, v, mult1[m], requant[1], requant[2])
+
+        return conv1x1_vnni(lambda n, c, i, j: cast(x[n, c, i, j], i32) + offx, (sx[0], sx[1], sx[2], sx[3]),
+                            lambda m, c: cast(w[m, c, 0, 0], i32), M, strides, ctx.strategy, row_epilogue)
+    corr = channel_block(lambda m: _sum_terms(terms, m), M, lanes, i32, "qconv_corr") if terms else None
+    mult_b = channel_block(requant[0], M, lanes, "float32", "qconv_mult") if requant is not None else None
 
     def epilogue(acc: E.PrimExpr, mb: Any, k: Any) -> E.PrimExpr:
         v = acc + corr[mb, k] if corr is not None else acc
-        if requant is None:
+        if requant is None or mult_b is None:
             return v
         return _requant_f32(ctx, v, mult_b[mb, k], requant[1], requant[2])
 
-    mult_b = channel_block(requant[0], M, lanes, "float32", "qconv_mult") if requant is not None else None
     return conv2d_vnni_nchwc(
         lambda n, c, i, j: cast(x[n, c, i, j], i32) + offx, cx, (sx[0], sx[1], sx[2], sx[3]),
         lambda m, c, r, q: cast(w[m, c, r, q], i32), (M, C, KH, KW), strides, dil, lo, hi, lanes, epilogue, "qconv")

@@ -237,7 +237,8 @@ def conv2d_vnni_nchwc(
 
     def body(n: Any, o: Any, i: Any, j: Any, k: Any) -> E.PrimExpr:
         xv = xw[n, rc.var, i * strides[0] + rr.var * dil[0], j * strides[1] + rq.var * dil[1], ri.var]
-        return te.sum(E.Call(zero.dtype, OP, (zero, xv, ww[o, rc.var, rr.var, rq.var, ri.var, k])), axis=[rc, rr, rq, ri])
+        wv = ww[o, rc.var, rr.var, rq.var, ri.var, k]
+        return te.sum(E.Call(zero.dtype, OP, (zero, xv, wv)), axis=[rc, rr, rq, ri])
 
     attrs = {"strides": list(strides), "dilations": list(dil), "pads": (list(lo), list(hi))}
     acc = compute((N, MB, OH, OW, lanes), body, name=uname(name + "_acc"), tag="conv_nchwc", attrs=attrs)
@@ -245,3 +246,65 @@ def conv2d_vnni_nchwc(
                  name=uname(name + "_store"), materialize=True, workspace=True)
     return compute((N, M, OH, OW), lambda n, m, i, j: yb[n, E.floordiv(m, lanes), i, j, E.floormod(m, lanes)],
                    name=uname(name))
+
+
+#: ``epilogue(acc, m)``: the output value of channel ``m`` from its int32 sum.
+RowEpilogue = Callable[[E.PrimExpr, Any], E.PrimExpr]
+
+
+def conv1x1_vnni(
+    x_byte: XByte,
+    xshape: tuple[int, int, int, int],
+    w_byte: Callable[[Any, Any], E.PrimExpr],
+    M: int,
+    strides: list[int],
+    strategy: Layout,
+    epilogue: RowEpilogue,
+    name: str = "qconv1x1",
+) -> Tensor:
+    """A 1x1 convolution without padding (any stride) of bytes on ``vpdpbusd`` as the packed
+    GEMM ``[M, CB] x [CB, P]`` of the weights' words (``w_byte(m, c)``: signed byte values; a
+    ``constant_layout`` stage, packed at compile time) with the image's words packed in panels of
+    ``nr`` output pixels (``x_byte``: unsigned byte values; ``[N, P / nr, ceil(C / 4), nr]``, tag
+    ``"gemm_pack"``, the stride applied while packing); the product is tagged ``"conv_packed"``
+    with ``conv_out`` so the CPU strategy computes each ``mr x nr`` tile in registers inside the
+    store of the NCHW result (:func:`ember.strategy.cpu_conv.schedule_conv_gemm`), where
+    ``epilogue`` runs: the output is written channel-major with the pixels in the vector lanes,
+    no transposition. Zero bytes pad the channels to a multiple of 4."""
+    N, C, H, W = xshape
+    OH, OW = (H - 1) // strides[0] + 1, (W - 1) // strides[1] + 1
+    P = OH * OW
+    nr = strategy.gemm_panel_width("float32")
+    npanel = -(-P // nr)
+    CB = -(-C // 4)
+    u32 = "uint32"
+
+    def word(byte: Callable[[Any], E.PrimExpr], cb: Any) -> E.PrimExpr:
+        w: E.PrimExpr = E.const(0, u32)
+        for b in range(4):
+            c = cb * 4 + b
+            v = te.if_then_else(c < C, cast(cast(byte(E.min_expr(c, C - 1)), "uint8"), u32), E.const(0, u32))
+            w = w + (v * (1 << (8 * b)) if b else v)
+        return w
+
+    def pack(n: Any, no: Any, cb: Any, ni: Any) -> E.PrimExpr:
+        p = E.min_expr(no * nr + ni, P - 1)
+        ih, iw = E.floordiv(p, OW) * strides[0], E.floormod(p, OW) * strides[1]
+        return te.if_then_else(no * nr + ni < P, word(lambda c: x_byte(n, c, ih, iw), cb), E.const(0, u32))
+
+    bp = compute((N, npanel, CB, nr), pack, name=uname(name + "_pack"), tag="gemm_pack", attrs={"panel_axis": 1},
+                 constant_layout=True, workspace=True)
+    aw = compute((M, CB), lambda m, cb: word(lambda c: w_byte(m, c), cb), name=uname(name + "_wwords"),
+                 constant_layout=True, workspace=True)
+    k = te.reduce_axis((0, CB), name="k4")
+    zero = E.const(0, "int32")
+    cv = compute(
+        (N, M, npanel * nr),
+        lambda n, m, col: te.sum(E.Call(zero.dtype, OP, (zero, bp[n, E.floordiv(col, nr), k.var, E.floormod(col, nr)],
+                                                         aw[m, k.var])), axis=k),
+        name=uname(name + "_gemm"),
+        tag="conv_packed",
+        attrs={"nr": nr, "K": CB, "conv_out": (OH, OW)},
+        workspace=True,
+    )
+    return compute((N, M, OH, OW), lambda n, m, i, j: epilogue(cv[n, m, i * OW + j], m), name=uname(name))
