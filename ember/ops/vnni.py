@@ -112,10 +112,11 @@ def vnni_product(
         rsum = compute((rows, M), lambda r, m: te.sum(E.Call(zero.dtype, OP, (zero, aw[r, m, kr.var], ones)), axis=kr),
                        name=uname(name + "_rowsum"))
     if ca is not None:
-        # the signed bytes of each packed column summed against unsigned bytes of 1
-        kc = te.reduce_axis((0, K4), name="k4")
-        csum = compute((N,), lambda n: te.sum(E.Call(zero.dtype, OP, (
-            zero, ones, bw[E.floordiv(n, nr), kc.var, E.floormod(n, nr)])), axis=kc), name=uname(name + "_colsum"))
+        # the signed bytes of each column: a plain sum flagged constant_layout, computed at
+        # compile time when the right operand is a constant (the weights of a QGemm)
+        kc = te.reduce_axis((0, K), name="k")
+        csum = compute((N,), lambda n: te.sum(bs(kc.var, n), axis=kc), name=uname(name + "_colsum"),
+                       constant_layout=True)
 
     def out(*i: Any) -> E.PrimExpr:
         r: Any = E.const(0)
