@@ -264,11 +264,9 @@ def compile(
     except NeedsHostStages as exc:  # text, random draws, NonMaxSuppression: host stages around a compiled part
         from .host_stages import host_model
 
-        mid = "tf32" if tf32 else "float32"  # (a float16 model is rewritten already)
         hosted = host_model(exc.model, str(Target(target)),
-                            lambda b, shapes: compile(b, target, shapes, fuse, verbose, use_cache, cuda_graphs, mid,
-                                                      tuning_db=tuning_db),
-                            lambda g: compile_model(g, target, fuse, verbose, tf32, configs))
+                            *_host_compilers(target, fuse, verbose, use_cache, cuda_graphs, tf32, tuning_db))
+        hosted.source = _source_of(exc.model, target, input_shapes, fuse, precision)  # the validated model, saved
         return _with_graphs(hosted, cuda_graphs, dev)
     t0 = time.perf_counter()
     compiled = compile_model(graph, target, fuse, verbose, tf32, configs)
@@ -277,6 +275,18 @@ def compile(
     if root is not None and key is not None and slow and compiled.is_static:
         model_cache.store_cached_model(root, key, compiled)
     return _with_graphs(compiled, cuda_graphs, dev)
+
+
+def _host_compilers(target: str, fuse: bool, verbose: bool, use_cache: bool, cuda_graphs: bool, tf32: bool,
+                    tuning_db: str | os.PathLike[str] | bool | None) -> tuple[Any, Any]:
+    """What a model with host stages compiles its compiled stages with: (ONNX bytes, input shapes)
+    -> Model through :func:`compile` (a float16 model is rewritten already: float32 or tf32 here),
+    and the empty middle (a Graph) -> Model."""
+    mid = "tf32" if tf32 else "float32"
+    configs = records_chooser(tuning_db, target)
+    return (lambda b, shapes: compile(b, target, shapes, fuse, verbose, use_cache, cuda_graphs, mid,
+                                      tuning_db=tuning_db),
+            lambda g: compile_model(g, target, fuse, verbose, tf32, configs))
 
 
 def _lowered(model: Any, precision: str) -> bytes:
@@ -378,10 +388,20 @@ def _variant_compiler(model: Any, target: str, input_shapes: Mapping[str, Sequen
 
 def _with_compiler(model: Model) -> Model:
     """A loaded model with symbolic dimensions, able to compile variants for new input shapes
-    from the ONNX source it embeds (with the options it was saved with); other models as they are."""
+    from the ONNX source it embeds (with the options it was saved with); a loaded model with host
+    stages rebuilt from that source (:func:`ember.host_stages.restore_host_model`); other models
+    as they are."""
     from .model.dynamic import ShapeSpecializer
+    from .model.format import SavedHostStages
 
     spec = model._specializer
+    if isinstance(spec, SavedHostStages) and model.source:  # host stages: rebuilt from the source, checked
+        from .host_stages import restore_host_model
+
+        opts = model.source.get("options", {})
+        return restore_host_model(model, *_host_compilers(
+            str(opts.get("target", "llvm")), bool(opts.get("fuse", True)), False, True, model.cuda_graphs,
+            opts.get("precision") == "tf32", None))
     if not isinstance(spec, ShapeSpecializer) or spec.compile_shapes is not None or not model.source:
         return model
     opts = model.source.get("options", {})

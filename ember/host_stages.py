@@ -17,29 +17,35 @@ and a detector compiled → host → compiled (network, box selection, gathering
 :class:`HostStages` answers the model's ``program_for`` (see
 :class:`ember.model.model.Specializer`): it runs the stages before the last compiled one, returns
 that stage's program with its inputs, and a function that runs the stages after it on the
-program's outputs. A string tensor is a NumPy ``object`` array of ``str``; a model with host
-stages cannot be saved (it is compiled per call shape), like other specialised models.
+program's outputs. A string tensor is a NumPy ``object`` array of ``str`` (dtype ``"string"``
+in ``Model.inputs`` and the graph IR); text reaches host operators only — a compiled operator
+reading it is a GraphError naming the node. ``Model.save`` writes the validated ONNX model, the
+stage split as data and the compiled variants (:mod:`ember.model.format`, ``ember-model/3``);
+``ember.load`` rebuilds the stages with :func:`restore_host_model`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentError, UnsupportedOpError
+from .errors import ArgumentError, EmberError, GraphError, ModelFormatError, OpError
 from .frontend.host_scan import training_dropout
+from .graph.ir import STRING as STRING_DTYPE
 from .graph.ir import Graph
 from .model.model import Model
-from .model.program import Program
+from .model.program import Program, TensorSpec
 from .ops import random as rnd
 from .ops.image_decoder import image_decoder
 from .ops.nms import non_max_suppression
 from .ops.strings import (
+    STRING_MOVES,
     HostKernel,
+    as_strings,
     label_encoder,
     regex_full_match,
     string_concat,
@@ -49,6 +55,7 @@ from .ops.strings import (
     tfidf_vectorizer,
 )
 from .runtime.ndarray import Device
+from .target import Target
 
 #: Operators that always run on the host (ONNX op type -> NumPy kernel; the names are
 #: ember.frontend.host_scan.ALWAYS_HOST, which finds the models that need this module).
@@ -88,8 +95,15 @@ class HostNode:
     outputs: list[str]
 
     def run(self, env: dict[str, Any]) -> None:
-        """Compute the outputs from ``env`` (name -> array) and store them there."""
-        outs = self.kernel(self.attrs, [env[i] if i else None for i in self.inputs])
+        """Compute the outputs from ``env`` (name -> array) and store them there. A kernel's
+        OpError, and any other failure of NumPy on the call's values, is an OpError naming the
+        node."""
+        try:
+            outs = self.kernel(self.attrs, [env[i] if i else None for i in self.inputs])
+        except OpError as exc:
+            raise OpError(f"node {self.name!r}: {exc}") from exc
+        except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as exc:
+            raise OpError(f"{self.op} node {self.name!r} failed on this call's values: {exc}") from exc
         for name, value in zip(self.outputs, outs):
             if name:
                 env[name] = value
@@ -140,10 +154,21 @@ def _kernel_for(node: Any, strings: set[str], inits: dict[str, Any]) -> HostKern
     if node.op_type == "LabelEncoder":
         touches = touches or any(a.name.endswith("_strings") or a.name == "default_string" for a in node.attribute)
     if touches:
-        k = HOST_FOR_STRINGS.get(node.op_type)
+        k = HOST_FOR_STRINGS.get(node.op_type) or STRING_MOVES.get(node.op_type)
         if k is None:
-            raise UnsupportedOpError({f"{node.op_type} on string tensors (node {node.name!r})": 1})
+            raise GraphError(_string_refusal(node, strings))
     return k
+
+
+def _string_refusal(node: Any, strings: set[str]) -> str:
+    """Why ``node`` (an operator without a host kernel) cannot take or make a string tensor."""
+    label = f"{node.op_type} node {node.name or (node.output[0] if node.output else '?')!r}"
+    read = [i for i in node.input if i in strings]
+    what = f"reads the string tensor {read[0]!r}" if read else \
+        f"makes the string tensor {next(o for o in node.output if o in strings)!r}"
+    ops = sorted(set(ALWAYS_HOST) | set(HOST_FOR_STRINGS) | set(STRING_MOVES))
+    return (f"{label} {what}: string tensors cannot reach a compiled kernel, and ember has no host kernel for "
+            f"{node.op_type} on text. Operators that take strings: {', '.join(ops)}")
 
 
 @dataclass
@@ -156,6 +181,8 @@ class Stage:
     nodes: list[Any]
     inputs: list[str]
     outputs: list[str]
+    #: Positions of this stage's nodes in the model's node list (its split as data, saved).
+    node_ids: list[int] = field(default_factory=list)
 
     @property
     def compiled(self) -> bool:
@@ -184,7 +211,8 @@ def split_model(proto: Any) -> list[Stage]:
         stage_of.update({o: k for o in node.output if o})
     count = max((k for k, _, _ in placed), default=0) + 1
     stages = [Stage([], [], [], []) for _ in range(count)]
-    for k, node, kernel in placed:
+    for pos, (k, node, kernel) in enumerate(placed):
+        stages[k].node_ids.append(pos)
         if kernel is None:
             stages[k].nodes.append(node)
         else:
@@ -226,6 +254,24 @@ def middle_model(proto: Any, stage: Stage, inputs: Mapping[str, np.ndarray]) -> 
     return m.SerializeToString()
 
 
+def _declared(v: Any) -> TensorSpec:
+    """The TensorSpec of ONNX input ``v``: its dims (ints; ``dim_param`` names or ``"?"``) and
+    dtype (``"string"`` for text, ``"?"`` for a type ember does not know)."""
+    from onnx import helper
+
+    tt = v.type.tensor_type if v.type.HasField("tensor_type") else None
+    if tt is None:
+        return TensorSpec(v.name, (), "?")
+    dims = tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim)
+    if tt.elem_type == STRING:
+        return TensorSpec(v.name, dims, STRING_DTYPE)
+    try:
+        dt = str(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    except (KeyError, TypeError, ValueError):
+        dt = "?"
+    return TensorSpec(v.name, dims, dt)
+
+
 def _host_array(value: Any) -> np.ndarray:
     """A call's input as a NumPy array (ember and DLPack arrays are copied to the host)."""
     if isinstance(value, np.ndarray):
@@ -247,7 +293,12 @@ class HostStages:
         inits = {t.name for t in proto.graph.initializer}
         self.input_names = [v.name for v in proto.graph.input if v.name not in inits]
         self.output_names = [v.name for v in proto.graph.output]
-        self._consts = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+        self._consts = {t.name: (as_strings(numpy_helper.to_array(t), f"initializer {t.name!r}")
+                                 if t.data_type == STRING else numpy_helper.to_array(t))
+                        for t in proto.graph.initializer}
+        #: The declared inputs (name, dims — ints, or symbol names —, dtype: ``"string"`` for text).
+        self.declared = [_declared(v) for v in proto.graph.input if v.name not in inits]
+        self._text_inputs = {s.name for s in self.declared if s.dtype == STRING_DTYPE}
         self._compile_onnx = compile_onnx
         compiled = [k for k, st in enumerate(self.stages) if st.compiled]
         self._last = compiled[-1] if compiled else None
@@ -271,6 +322,10 @@ class HostStages:
         if missing:
             raise ArgumentError(f"the compiled part of the model reads {missing}, which nothing computes")
         inputs = {n: np.asarray(env[n]) for n in st.inputs}
+        for n, v in inputs.items():
+            if v.dtype == object:  # a string the scan of the model did not type (split_model refuses the rest)
+                node = next(x for x in st.nodes if n in x.input)
+                raise GraphError(_string_refusal(node, {n}))
         key = (k,) + tuple((n, inputs[n].dtype.str, inputs[n].shape) for n in st.inputs)
         with self._lock:
             model = self._cache.get(key)
@@ -291,12 +346,46 @@ class HostStages:
             for h in st.host:
                 h.run(env)
 
+    def saved_members(self) -> dict[str, bytes]:
+        """What :func:`ember.model.format.save_model` writes for this model besides its source:
+        ``host.json`` (the stage split as data: per stage, compiled or not and the positions of
+        its nodes; input and output names; the target) and each static compiled variant of a
+        compiled stage as a saved model (``variants/<k>.ember``) with its stage index, the
+        constants they hold alike (the stage's weights) once in ``shared.npz``."""
+        import json
+
+        from .model.format import variant_files
+
+        with self._lock:
+            cached = [(key, model) for key, model in self._cache.items() if model.is_static]
+        files, members = variant_files([model.program for _, model in cached])
+        variants = []
+        for k, ((key, _), (data, from_shared)) in enumerate(zip(cached, files)):
+            members[f"variants/{k}.ember"] = data
+            variants.append({"stage": key[0], "member": f"variants/{k}.ember", "shared": from_shared})
+        members["host.json"] = json.dumps({
+            "input_names": self.input_names, "output_names": self.output_names, "target": self.target,
+            "stages": [{"compiled": st.compiled, "nodes": st.node_ids} for st in self.stages],
+            "variants": variants}).encode()
+        return members
+
+    def _input(self, name: str, value: Any) -> np.ndarray:
+        """A call's input as a NumPy array; a string input as an object array of ``str``
+        (lists of ``str``, NumPy unicode or bytes arrays accepted), ArgumentError otherwise."""
+        if name not in self._text_inputs:
+            return _host_array(value)
+        try:
+            return as_strings(value if isinstance(value, np.ndarray) else np.asarray(value, dtype=object),
+                              f"input {name!r}")
+        except OpError as exc:
+            raise ArgumentError(f"{exc} (input {name!r} is a string tensor: pass str or UTF-8 bytes)") from exc
+
     def program_for(self, given: dict[str, Any]) -> tuple[Program, dict[str, Any], Callable[[list[Any]], list[Any]]]:
         """Run every stage before the last compiled one on ``given``; that stage's program and
         inputs; a function that runs the stages after it on the program's outputs and returns the
         model's outputs."""
         env: dict[str, Any] = dict(self._consts)
-        env.update({n: _host_array(v) for n, v in given.items()})
+        env.update({n: self._input(n, v) for n, v in given.items()})
         last = self._last
         if last is None or self._empty is not None:  # host stages only
             self._run_stages(env, range(len(self.stages)))
@@ -328,3 +417,56 @@ def host_model(proto: Any, target: str, compile_onnx: CompileOnnx, compile_graph
     """A :class:`Model` running ``proto``'s host operators around its compiled part (the model
     :func:`ember.frontend.host_scan.needs_host_stages` found needing them)."""
     return Model(specializer=HostStages(proto, target, compile_onnx, compile_graph))
+
+
+def restore_host_model(model: Model, compile_onnx: CompileOnnx, compile_graph: CompileGraph) -> Model:
+    """A model with host stages read from a file (its specializer a
+    :class:`~ember.model.format.SavedHostStages`) made callable: the stages rebuilt from the ONNX
+    source the file embeds — validated as :func:`ember.compile` validates a model —, the file's
+    split checked against the one computed here, and its compiled variants handed to their stages
+    (each checked to take exactly its stage's inputs and give its outputs). Raises
+    :class:`~ember.errors.ModelFormatError` naming what differs."""
+    from .frontend.host_scan import NeedsHostStages
+    from .frontend.onnx import import_onnx
+    from .model.format import SavedHostStages
+
+    saved = model._specializer
+    assert isinstance(saved, SavedHostStages) and model.source is not None
+    what = saved.path or "the saved model"
+    options = model.source.get("options", {})
+    try:
+        named = str(Target(str(options.get("target", "llvm"))))
+    except EmberError as exc:
+        raise ModelFormatError(f"{what}: source/options.json names no valid target ({exc})") from exc
+    if named != saved.target:
+        raise ModelFormatError(f"{what}: source/options.json names target {named!r}, host.json {saved.target!r}")
+    try:
+        import_onnx(model.source["onnx"], options.get("input_shapes"))
+    except NeedsHostStages as exc:
+        proto = exc.model
+    except (EmberError, TypeError, ValueError, AttributeError) as exc:  # (options.json's input_shapes: any JSON)
+        raise ModelFormatError(f"{what}: its ONNX source is not a valid model with these options ({exc})") from exc
+    else:
+        raise ModelFormatError(f"{what}: its ONNX source has no host operators, so it has no host stages")
+    try:
+        stages = HostStages(proto, saved.target, compile_onnx, compile_graph)
+    except EmberError as exc:
+        raise ModelFormatError(f"{what}: its ONNX source cannot be cut into stages ({exc})") from exc
+    got = [(st.compiled, st.node_ids) for st in stages.stages]
+    if got != saved.stages or stages.input_names != saved.input_names \
+            or stages.output_names != saved.output_names:
+        raise ModelFormatError(f"{what}: host.json's stages, inputs or outputs differ from those of its ONNX source "
+                               f"(file: {saved.stages[:8]}, source: {got[:8]})")
+    for k, variant in saved.variants:
+        st = stages.stages[k]
+        specs = {sp.name: sp for sp in variant.inputs}
+        if sorted(specs) != sorted(st.inputs) or variant.output_names != st.outputs:
+            raise ModelFormatError(f"{what}: a compiled variant of stage {k} takes {sorted(specs)} and gives "
+                                   f"{variant.output_names}; the stage reads {st.inputs} and gives {st.outputs}")
+        try:
+            key = (k,) + tuple((n, np.dtype(specs[n].dtype).str, tuple(int(d) for d in specs[n].shape))
+                               for n in st.inputs)
+        except (TypeError, ValueError) as exc:
+            raise ModelFormatError(f"{what}: a compiled variant of stage {k} has inputs NumPy cannot hold") from exc
+        stages._cache[key] = variant
+    return Model(specializer=stages, source=model.source, cuda_graphs=model.cuda_graphs)

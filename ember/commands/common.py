@@ -122,7 +122,11 @@ def check_inputs(model: Model, given: dict[str, np.ndarray]) -> None:
             raise ArgumentError(f"the model has no input {name!r} (inputs: {', '.join(specs)})")
         if spec.dtype == "?":
             continue
-        if str(arr.dtype) != spec.dtype:
+        if spec.dtype == "string":  # text: a NumPy unicode or bytes array (np.save of np.array(["..."]))
+            if arr.dtype.kind not in "US":
+                raise ArgumentError(f"input {name!r}: expected text, the file holds {arr.dtype} (save the words "
+                                    "with numpy.save(path, numpy.array([...])))")
+        elif str(arr.dtype) != spec.dtype:
             raise ArgumentError(f"input {name!r}: expected dtype {spec.dtype}, the file holds {arr.dtype} "
                                 f"(convert it with x.astype({spec.dtype!r}))")
         if len(arr.shape) != len(spec.shape) or any(
@@ -133,13 +137,14 @@ def check_inputs(model: Model, given: dict[str, np.ndarray]) -> None:
 
 def random_inputs(model: Model, given: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
     """``given`` plus random values for every other input (floats in [-1, 1), integers in
-    [0, 10), booleans); ArgumentError when an input has a symbolic dimension or an unknown dtype."""
+    [0, 10), booleans); ArgumentError when an input has a symbolic dimension, is text or has an
+    unknown dtype."""
     rng = np.random.default_rng(seed)
     out = dict(given)
     for spec in model.inputs:
         if spec.name in out:
             continue
-        if spec.dtype == "?" or not all(isinstance(d, int) for d in spec.shape):
+        if spec.dtype in ("?", "string") or not all(isinstance(d, int) for d in spec.shape):
             raise ArgumentError(f"input {spec.name!r} has shape {spec.shape} and dtype {spec.dtype}: give its value "
                                 f"with --input {spec.name}=FILE.npy (or fix its shape with --input-shape)")
         dt = np.dtype(spec.dtype)
@@ -211,6 +216,6 @@ def check_output_paths(*paths: str | None) -> None:
 
 
 def describe(arr: Any) -> str:
-    """``float32[1, 1000]`` for an array."""
+    """``float32[1, 1000]`` for an array (``string[3]`` for text: an object array)."""
     a = np.asarray(arr)
-    return f"{a.dtype}[{', '.join(str(d) for d in a.shape)}]"
+    return f"{'string' if a.dtype == object else a.dtype}[{', '.join(str(d) for d in a.shape)}]"

@@ -13,6 +13,11 @@ from typing import Any
 
 import numpy as np
 
+#: The dtype of text tensors: NumPy ``object`` arrays of ``str``. Only host operators
+#: (:mod:`ember.host_stages`) compute on them; shape inference refuses a node of a compiled graph
+#: that reads one (GraphError naming the node).
+STRING = "string"
+
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -27,7 +32,8 @@ class TensorInfo:
     @property
     def nbytes(self) -> int:
         """Bytes the value takes."""
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        item = np.dtype(object if self.dtype == STRING else self.dtype).itemsize  # strings: one reference each
+        return int(np.prod(self.shape, dtype=np.int64)) * item
 
 
 @dataclass

@@ -25,7 +25,7 @@ from ..ops.util import shape as te_shape
 from ..ops.util import uname
 from ..strategy.base import Strategy
 from ..transform import Pass, PassContext, Sequential
-from .ir import Graph, Node, TensorInfo
+from .ir import STRING, Graph, Node, TensorInfo
 from .qdq_fusion import FuseQDQ
 from .recurrent import ExpandRecurrent
 
@@ -77,13 +77,21 @@ def infer_and_fold(
     tensors: dict[str, te.Tensor] = {}
     for name in g.inputs:
         info = g.values[name]
-        tensors[name] = te.placeholder(info.shape, info.dtype, name=uname("in"))
+        if info.dtype != STRING:  # text: no kernel reads it (a node that does is refused below)
+            tensors[name] = te.placeholder(info.shape, info.dtype, name=uname("in"))
     for name, v in g.consts.items():
+        if v.dtype == object:
+            g.values[name] = TensorInfo(tuple(v.shape), STRING)
+            continue
         g.values[name] = TensorInfo(tuple(v.shape), str(v.dtype))
         tensors[name] = te.placeholder(tuple(v.shape), str(v.dtype), name=uname("c"))
     kept: list[Node] = []
     for node in g.nodes:
         for i in node.inputs:
+            if i and i not in tensors and i in g.values and g.values[i].dtype == STRING:
+                raise GraphError(f"{node.op} node {node.name!r} reads the string tensor {i!r}: compiled kernels "
+                                 "take numbers only (ONNX models run their text operators on the host: "
+                                 "docs/models.md, Host stages)")
             if i and i not in tensors:
                 raise GraphError(f"{node.op} node {node.name!r} reads {i!r}, which no earlier node produces")
         outs = build_node(node, tensors, g.consts)

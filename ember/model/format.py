@@ -1,5 +1,5 @@
-"""The saved-model file format (``ember-model/2``): data plus object code, nothing executable
-at load time.
+"""The saved-model file format (``ember-model/2``, and ``ember-model/3`` for models with host
+stages): data plus object code, nothing executable at load time.
 
 A saved model is a zip archive holding:
 
@@ -22,6 +22,14 @@ loading), ``shared.npz`` (constants two or more variants share, stored once) and
 constants, loaded through the same checks with them given back (and checked against the
 declared dimensions).
 
+A model with host stages (:mod:`ember.host_stages`) is saved as ``ember-model/3`` (the only
+difference from ``/2``: it has ``host.json``, so an older ember refuses it by name): ``host.json``
+(input and output names, the target, the stage split as data — per stage, compiled or not, and
+the positions of its nodes in the ONNX model —, and per compiled variant its stage and member),
+the ``source/`` members (the validated ONNX model: loading rebuilds the stages from it and
+refuses a split that differs from the one it computes) and ``variants/<k>.ember``, each compiled
+variant of a compiled stage as a saved static model.
+
 Loading runs no code from the file: no pickle, no ``eval``, no ``dlopen``; the module's parts go
 through the backend's checking loader. A file that is not what ember writes raises
 :class:`~ember.errors.ModelFormatError` naming what is wrong.
@@ -35,6 +43,8 @@ import json
 import os
 import tempfile
 import zipfile
+import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,6 +55,9 @@ from .model import Model
 from .program import Program
 
 FORMAT = "ember-model/2"
+#: Files of models with host stages (``host.json``); other models are still written as FORMAT,
+#: so an older ember loads them, and refuses these by their format name.
+HOST_FORMAT = "ember-model/3"
 #: Largest member accepted (bytes): a guard against archives that claim absurd sizes.
 MAX_MEMBER_BYTES = 1 << 36
 
@@ -60,6 +73,14 @@ def save_model(model: Model, path: str | os.PathLike[str], include_source: bool 
     path = os.fspath(path)
     if isinstance(model._specializer, ShapeSpecializer):
         _write(path, _per_shape_members(model, model._specializer))
+        return
+    saved_members = getattr(model._specializer, "saved_members", None)  # host stages (ember.host_stages)
+    if saved_members is not None:
+        source = _source_members(model)
+        if not source:
+            raise EmberError(f"cannot save {path}: a model with host stages is saved with its ONNX source, which "
+                             "is unknown here (weights in external data files): compile it from one file")
+        _write(path, {**saved_members(), **source}, HOST_FORMAT)
         return
     members = _static_members(model.program)
     if include_source:
@@ -94,35 +115,16 @@ def _source_members(model: Model) -> dict[str, bytes]:
 
 def _per_shape_members(model: Model, spec: Any) -> dict[str, bytes]:
     """The members of a model with symbolic dimensions: ``dynamic.json``, its source, the
-    constants two or more variants share (one array in memory: the weights, usually) once in
-    ``shared.npz``, and each static variant as a saved model of its own holding the rest
-    (variants specialised further, per input value or structure, are not stored: they compile
-    again after loading)."""
+    constants two or more variants share (the weights, usually) once in ``shared.npz``, and each
+    static variant as a saved model of its own holding the rest (variants specialised further,
+    per input value or structure, are not stored: they compile again after loading)."""
     kept = [(shapes, v) for shapes, v in spec.kept() if v.is_static]
-    users: dict[int, int] = {}
-    for _, v in kept:
-        for arr in v.program.consts.values():
-            users[id(arr)] = users.get(id(arr), 0) + 1
-    shared: dict[int, tuple[str, np.ndarray]] = {}
-    for _, v in kept:
-        for arr in v.program.consts.values():
-            if users[id(arr)] > 1 and id(arr) not in shared:
-                shared[id(arr)] = (f"s{len(shared)}", arr)
-    members: dict[str, bytes] = {}
+    files, members = variant_files([v.program for _, v in kept])
     variants = []
-    for k, (shapes, variant) in enumerate(kept):
-        from_shared = {n: shared[id(a)][0] for n, a in variant.program.consts.items() if id(a) in shared}
-        with tempfile.TemporaryDirectory() as tmp:
-            vpath = os.path.join(tmp, "variant.ember")
-            _write(vpath, _static_members(variant.program, frozenset(from_shared)))
-            with open(vpath, "rb") as f:
-                members[f"variants/{k}.ember"] = f.read()
+    for k, ((shapes, _), (data, from_shared)) in enumerate(zip(kept, files)):
+        members[f"variants/{k}.ember"] = data
         variants.append({"shapes": {n: list(s) for n, s in shapes.items()}, "member": f"variants/{k}.ember",
                          "shared": from_shared})
-    if shared:
-        buf = io.BytesIO()
-        np.savez(buf, **dict(shared.values()))
-        members["shared.npz"] = buf.getvalue()
     members["dynamic.json"] = json.dumps({
         "inputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in spec.declared],
         "input_names": spec.input_names, "output_names": spec.output_names, "target": spec.target,
@@ -131,9 +133,54 @@ def _per_shape_members(model: Model, spec: Any) -> dict[str, bytes]:
     return members
 
 
-def _write(path: str, members: dict[str, bytes]) -> None:
-    """Write ``members`` and their manifest as a zip archive at ``path``, atomically."""
-    manifest = {"format": FORMAT, "ember": __version__,
+def variant_files(programs: list[Program]) -> tuple[list[tuple[bytes, dict[str, str]]], dict[str, bytes]]:
+    """Compiled variants of one model, each as the bytes of a saved static model without the
+    constants two or more variants hold alike (the same array, or arrays of equal dtype, shape
+    and bytes: the weights, compiled once per variant), with, per variant, its constant names ->
+    keys of those shared constants; and the members holding them once (``shared.npz``, none when
+    nothing is shared). :func:`load_model` gives them back through ``shared``."""
+    digests: dict[int, tuple[str, tuple[int, ...], str]] = {}
+
+    def key(arr: np.ndarray) -> tuple[str, tuple[int, ...], str]:
+        if id(arr) not in digests:  # the same array (shared by variants) is hashed once
+            raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+            digests[id(arr)] = (arr.dtype.str, tuple(arr.shape), hashlib.sha256(raw).hexdigest())
+        return digests[id(arr)]
+
+    users: dict[Any, int] = {}
+    for p in programs:
+        for k in {key(a) for a in p.consts.values()}:
+            users[k] = users.get(k, 0) + 1
+    shared: dict[Any, tuple[str, np.ndarray]] = {}
+    for p in programs:
+        for arr in p.consts.values():
+            if users[key(arr)] > 1 and key(arr) not in shared:
+                shared[key(arr)] = (f"s{len(shared)}", arr)
+    files = []
+    for p in programs:
+        from_shared = {n: shared[key(a)][0] for n, a in p.consts.items() if key(a) in shared}
+        files.append((static_file_bytes(p, frozenset(from_shared)), from_shared))
+    members: dict[str, bytes] = {}
+    if shared:
+        buf = io.BytesIO()
+        np.savez(buf, **dict(shared.values()))
+        members["shared.npz"] = buf.getvalue()
+    return files, members
+
+
+def static_file_bytes(program: Program, leave_out: frozenset[str] = frozenset()) -> bytes:
+    """The bytes of a saved static model of ``program`` (without the constants in ``leave_out``):
+    what a model holding compiled variants stores for each."""
+    with tempfile.TemporaryDirectory() as tmp:
+        vpath = os.path.join(tmp, "variant.ember")
+        _write(vpath, _static_members(program, leave_out))
+        with open(vpath, "rb") as f:
+            return f.read()
+
+
+def _write(path: str, members: dict[str, bytes], fmt: str = FORMAT) -> None:
+    """Write ``members`` and their manifest (format ``fmt``) as a zip archive at ``path``, atomically."""
+    manifest = {"format": fmt, "ember": __version__,
                 "members": {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()} for n, d in members.items()}}
     tmp_zip = path + ".tmp"
     with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as z:
@@ -169,14 +216,18 @@ def read_members(path: str, data: bytes | None = None) -> tuple[dict[str, Any], 
                     f"{path} was saved by an older ember (format ember-model/1, which loaded a shared library); "
                     f"this ember reads {FORMAT}: compile the model again and save it") from exc
             raise ModelFormatError(f"{path} is not a model saved by ember: it has no manifest.json") from exc
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            got = manifest.get("format") if isinstance(manifest, dict) else None
-            raise ModelFormatError(f"{path} has format {got!r}; this ember reads {FORMAT}")
+        except zlib.error as exc:  # a damaged, deflated manifest
+            raise ModelFormatError(f"{path} is damaged: {exc}") from exc
+        fmt = manifest.get("format") if isinstance(manifest, dict) else None
+        if fmt not in (FORMAT, HOST_FORMAT):
+            raise ModelFormatError(f"{path} has format {fmt!r}; this ember reads {FORMAT} and {HOST_FORMAT}")
         try:
             members = read_checked(z, manifest.get("members"), path, MAX_MEMBER_BYTES)
-        except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
+        except (OSError, zipfile.BadZipFile, ValueError, EOFError, zlib.error) as exc:  # zlib: a damaged member
             raise ModelFormatError(f"{path} is damaged: {exc}") from exc
-    for name in ("plan.json", "weights.npz") if "dynamic.json" not in members else ():
+    if (fmt == HOST_FORMAT) != ("host.json" in members):
+        raise ModelFormatError(f"{path}: format {fmt} {'needs' if fmt == HOST_FORMAT else 'has no'} host.json")
+    for name in ("plan.json", "weights.npz") if not {"dynamic.json", "host.json"} & set(members) else ():
         if name not in members:
             raise ModelFormatError(f"{path}: the model has no {name}")
     return manifest, members
@@ -194,10 +245,10 @@ def load_model(path: str | os.PathLike[str], data: bytes | None = None, static_o
 
     path = os.fspath(path)
     _, members = read_members(path, data)
-    if "dynamic.json" in members:
+    if "dynamic.json" in members or "host.json" in members:
         if static_only:
             raise ModelFormatError(f"{path}: a variant must be a fixed-shape model")
-        return _load_per_shape(members, path)
+        return _load_per_shape(members, path) if "dynamic.json" in members else _load_host(members, path)
     plan, consts = _plan_and_weights(members, path)
     if shared:
         if set(shared) & set(consts):
@@ -234,10 +285,7 @@ def _load_per_shape(members: dict[str, bytes], path: str) -> Model:
     from .dynamic import ShapeSpecializer, check_shapes
     from .program import TensorSpec
 
-    try:
-        desc = json.loads(members["dynamic.json"])
-    except (ValueError, RecursionError) as exc:
-        raise ModelFormatError(f"{path}: dynamic.json is unreadable ({exc})") from exc
+    desc = _json_member(members, "dynamic.json", path)
     bad = ModelFormatError(f"{path}: dynamic.json is not what ember writes (inputs, input_names, output_names, "
                            "target, max_variants, variants)")
     if not isinstance(desc, dict) or not _names(desc.get("input_names")) or not _names(desc.get("output_names")) \
@@ -258,8 +306,7 @@ def _load_per_shape(members: dict[str, bytes], path: str) -> Model:
     for k, v in enumerate(desc["variants"]):
         if not isinstance(v, dict) or not isinstance(v.get("member"), str) or v["member"] not in members \
                 or not v["member"].startswith("variants/") or not isinstance(v.get("shapes"), dict) \
-                or not isinstance(v.get("shared", {}), dict) \
-                or not all(isinstance(n, str) and key in pool for n, key in v.get("shared", {}).items()):
+                or not _shared_ok(v, pool):
             raise bad
         name = f"{path} (variant {k})"
         try:
@@ -281,6 +328,67 @@ def _load_per_shape(members: dict[str, bytes], path: str) -> Model:
     return Model(specializer=spec, source=source)
 
 
+@dataclass
+class SavedHostStages:
+    """A model with host stages as :func:`load_model` reads it: the stage split (per stage:
+    compiled or not, the positions of its nodes in the ONNX model) and the compiled variants of
+    its compiled stages (stage index, static model), checked as data and as saved models; ``path``
+    names the file in messages. It runs nothing: ``ember.load`` rebuilds the stages from the
+    embedded ONNX source, checks the split against this one and hands the variants over
+    (:func:`ember.host_stages.restore_host_model`)."""
+
+    input_names: list[str]
+    output_names: list[str]
+    target: str
+    stages: list[tuple[bool, list[int]]]
+    variants: list[tuple[int, Model]]
+    path: str = ""
+
+    def program_for(self, given: dict[str, Any]) -> Any:
+        """Refused: the stages are rebuilt by ``ember.load`` (which gives them a compiler)."""
+        raise EmberError("this model has host stages and was read without a compiler: load it with ember.load")
+
+
+#: Most stages and compiled variants a host-stage file may list (a guard against absurd files).
+MAX_HOST_ENTRIES = 1 << 16
+
+
+def _load_host(members: dict[str, bytes], path: str) -> Model:
+    """A model with host stages from its members: ``host.json`` checked field by field, each
+    compiled variant loaded as a saved model (through every check of one) for the file's target."""
+    desc = _json_member(members, "host.json", path)
+    bad = ModelFormatError(f"{path}: host.json is not what ember writes (input_names, output_names, target, "
+                           "stages of node positions, variants of compiled stages)")
+    if not isinstance(desc, dict) or not _names(desc.get("input_names")) or not _names(desc.get("output_names")) \
+            or not isinstance(desc.get("target"), str) or not isinstance(desc.get("stages"), list) \
+            or not isinstance(desc.get("variants"), list) \
+            or len(desc["stages"]) > MAX_HOST_ENTRIES or len(desc["variants"]) > MAX_HOST_ENTRIES:
+        raise bad
+    stages: list[tuple[bool, list[int]]] = []
+    for st in desc["stages"]:
+        if not isinstance(st, dict) or type(st.get("compiled")) is not bool or not isinstance(st.get("nodes"), list) \
+                or not all(type(n) is int and n >= 0 for n in st["nodes"]):
+            raise bad
+        stages.append((st["compiled"], list(st["nodes"])))
+    if "source/model.onnx" not in members:
+        raise ModelFormatError(f"{path}: a model with host stages needs its source (source/model.onnx)")
+    variants: list[tuple[int, Model]] = []
+    pool = _shared_weights(members, path)
+    for k, v in enumerate(desc["variants"]):
+        if not isinstance(v, dict) or type(v.get("stage")) is not int or not 0 <= v["stage"] < len(stages) \
+                or not stages[v["stage"]][0] or not isinstance(v.get("member"), str) \
+                or not v["member"].startswith("variants/") or v["member"] not in members or not _shared_ok(v, pool):
+            raise bad
+        variant = load_model(f"{path} (variant {k})", data=members[v["member"]], static_only=True,
+                             shared={n: pool[key] for n, key in v.get("shared", {}).items()})
+        if variant.target != desc["target"]:
+            raise ModelFormatError(f"{path} (variant {k}): compiled for {variant.target!r}, the model for "
+                                   f"{desc['target']!r}")
+        variants.append((v["stage"], variant))
+    spec = SavedHostStages(desc["input_names"], desc["output_names"], desc["target"], stages, variants, path)
+    return Model(specializer=spec, source={"onnx": members["source/model.onnx"], "options": _options(members, path)})
+
+
 def _shared_weights(members: dict[str, bytes], path: str) -> dict[str, np.ndarray]:
     """The constants the variants of a model with symbolic dimensions share (``shared.npz``,
     plain arrays only), by key."""
@@ -293,6 +401,20 @@ def _shared_weights(members: dict[str, bytes], path: str) -> dict[str, np.ndarra
         raise ModelFormatError(f"{path}: shared.npz is unreadable ({exc})") from exc
     except MemoryError as exc:
         raise ModelFormatError(f"{path}: the shared weights do not fit in memory") from exc
+
+
+def _json_member(members: dict[str, bytes], name: str, path: str) -> Any:
+    """Member ``name`` parsed as JSON; ModelFormatError naming it when it is not JSON."""
+    try:
+        return json.loads(members[name])
+    except (ValueError, RecursionError) as exc:
+        raise ModelFormatError(f"{path}: {name} is unreadable ({exc})") from exc
+
+
+def _shared_ok(variant: dict[str, Any], pool: dict[str, np.ndarray]) -> bool:
+    """True when a variant entry's ``shared`` (optional) maps constant names to keys of ``pool``."""
+    shared = variant.get("shared", {})
+    return isinstance(shared, dict) and all(isinstance(n, str) and key in pool for n, key in shared.items())
 
 
 def _names(x: Any) -> bool:

@@ -302,8 +302,9 @@ class Model:
         return module.get_source(fmt)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the model to ``path`` (see :mod:`ember.model.format`): a static model, or a
-        model with symbolic dimensions (its ONNX source, declared shapes and compiled variants)."""
+        """Write the model to ``path`` (see :mod:`ember.model.format`): a static model, a model
+        with symbolic dimensions (its ONNX source, declared shapes and compiled variants) or one
+        with host stages (its validated ONNX model, stage split and compiled variants)."""
         from .format import save_model
 
         save_model(self, path)

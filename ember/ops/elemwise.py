@@ -287,6 +287,7 @@ ONNX_DTYPES = {
     5: "int16",
     6: "int32",
     7: "int64",
+    8: "string",  # text: host operators only (ember.host_stages); no kernel takes it
     9: "bool",
     10: "float16",
     11: "float64",
@@ -309,6 +310,8 @@ ONNX_DTYPES = {
 def onnx_dtype(code: int, ctx: OpContext) -> str:
     """The ember dtype of ONNX element type ``code``."""
     dt = ONNX_DTYPES.get(int(code))
+    if dt == "string":
+        raise ctx.fail("element type STRING: text is computed by host operators only, not by compiled kernels")
     if dt is None:
         raise ctx.fail(f"element type {code} is not supported (ember supports {', '.join(ONNX_DTYPES.values())})")
     return dt

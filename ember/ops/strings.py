@@ -311,3 +311,267 @@ def tfidf_vectorizer(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[
                         out[r, c] += w[j]
     return [out.reshape(-1) if x.ndim == 1 else out]
 
+
+
+# -- data movement on string tensors ----------------------------------------------------------------
+# The operators a user expects on text that only move, pick or reshape elements. On numbers they are
+# compiled; on a string tensor they run here, in NumPy (object arrays keep their ``str`` elements).
+# Shapes, axes and indices come as inputs or, in the opsets before they became inputs, as attributes.
+def _ints(x: Any, what: str) -> list[int]:
+    try:
+        return [int(v) for v in np.asarray(x).reshape(-1)]
+    except (TypeError, ValueError) as exc:
+        raise OpError(f"{what} must be integers") from exc
+
+
+def _axis(a: int, rank: int, what: str) -> int:
+    if not -rank <= a < max(rank, 1):
+        raise OpError(f"{what}: axis {a} is out of range for rank {rank}")
+    return a % max(rank, 1)
+
+
+def _given(attrs: Attrs, inputs: Sequence[np.ndarray | None], attr: str, k: int) -> Any:
+    """Attribute ``attr`` when present (older opsets), else input ``k`` (None when omitted)."""
+    if attr in attrs:
+        return attrs[attr]
+    return inputs[k] if len(inputs) > k else None
+
+
+def _array(x: np.ndarray | None, what: str) -> np.ndarray:
+    if x is None:
+        raise OpError(f"{what} is missing")
+    return np.asarray(x)
+
+
+def identity(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Identity: a copy of the input."""
+    return [_array(inputs[0], "Identity input").copy()]
+
+
+def reshape(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Reshape (``0`` copies the input's dimension unless ``allowzero``, one ``-1`` is
+    inferred); the shape from the second input, or the ``shape`` attribute of opsets < 5."""
+    x = _array(inputs[0], "Reshape input")
+    shape = _ints(_array(_given(attrs, inputs, "shape", 1), "Reshape shape"), "Reshape shape")
+    if not attrs.get("allowzero", 0):
+        if any(d == 0 and i >= x.ndim for i, d in enumerate(shape)):
+            raise OpError(f"Reshape: shape {shape} copies a dimension the input (rank {x.ndim}) lacks")
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise OpError(f"Reshape: shape {shape} has more than one -1 or a negative size")
+    try:
+        return [x.reshape(shape).copy()]
+    except ValueError as exc:
+        raise OpError(f"Reshape: cannot reshape {list(x.shape)} to {shape} ({exc})") from exc
+
+
+def _indices(idx: np.ndarray, size: int, what: str) -> np.ndarray:
+    i = np.asarray(idx)
+    if i.dtype.kind not in "iu":
+        raise OpError(f"{what}: indices must be integers, got {i.dtype}")
+    i = i.astype(np.int64)
+    if i.size and (i.min() < -size or i.max() >= size):
+        raise OpError(f"{what}: an index is out of range [-{size}, {size - 1}]")
+    return np.where(i < 0, i + size, i)
+
+
+def gather(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Gather along ``axis`` (negative indices count from the end; one out of range is an
+    OpError)."""
+    x, idx = _array(inputs[0], "Gather data"), _array(inputs[1], "Gather indices")
+    axis = _axis(int(attrs.get("axis", 0)), x.ndim, "Gather")
+    if x.ndim == 0:
+        raise OpError("Gather: the data must have rank >= 1")
+    return [np.take(x, _indices(idx, x.shape[axis], "Gather"), axis=axis)]
+
+
+def gather_elements(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX GatherElements along ``axis``."""
+    x, idx = _array(inputs[0], "GatherElements data"), _array(inputs[1], "GatherElements indices")
+    axis = _axis(int(attrs.get("axis", 0)), x.ndim, "GatherElements")
+    if idx.ndim != x.ndim or x.ndim == 0:
+        raise OpError(f"GatherElements: indices of rank {idx.ndim} for data of rank {x.ndim}")
+    if any(i > d for k, (i, d) in enumerate(zip(idx.shape, x.shape)) if k != axis):
+        raise OpError(f"GatherElements: indices {list(idx.shape)} exceed the data {list(x.shape)}")
+    i = _indices(idx, x.shape[axis], "GatherElements")
+    sub = x[tuple(slice(0, n) if k != axis else slice(None) for k, n in enumerate(idx.shape))]
+    return [np.take_along_axis(sub, i, axis=axis)]
+
+
+def squeeze(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Squeeze: the given axes (each of size 1), or every axis of size 1."""
+    x = _array(inputs[0], "Squeeze input")
+    given = _given(attrs, inputs, "axes", 1)
+    if given is None:
+        return [x.reshape([d for d in x.shape if d != 1])]
+    axes = sorted({_axis(a, x.ndim, "Squeeze") for a in _ints(given, "Squeeze axes")})
+    if any(x.shape[a] != 1 for a in axes):
+        raise OpError(f"Squeeze: axes {axes} of shape {list(x.shape)} are not all of size 1")
+    return [x.reshape([d for k, d in enumerate(x.shape) if k not in axes])]
+
+
+def unsqueeze(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Unsqueeze: axes of size 1 inserted (axes counted in the output's rank)."""
+    x = _array(inputs[0], "Unsqueeze input")
+    raw = _ints(_array(_given(attrs, inputs, "axes", 1), "Unsqueeze axes"), "Unsqueeze axes")
+    rank = x.ndim + len(raw)
+    axes = {_axis(a, rank, "Unsqueeze") for a in raw}
+    if len(axes) != len(raw):
+        raise OpError(f"Unsqueeze: axes {raw} repeat an axis")
+    dims = iter(x.shape)
+    return [x.reshape([1 if k in axes else next(dims) for k in range(rank)])]
+
+
+def flatten(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Flatten: ``[prod(dims[:axis]), prod(dims[axis:])]``."""
+    x = _array(inputs[0], "Flatten input")
+    axis = int(attrs.get("axis", 1))
+    if not -x.ndim <= axis <= x.ndim:
+        raise OpError(f"Flatten: axis {axis} is out of range for rank {x.ndim}")
+    axis = axis + x.ndim if axis < 0 else axis
+    return [x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64)))]
+
+
+def transpose(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Transpose by ``perm`` (reversed axes by default)."""
+    x = _array(inputs[0], "Transpose input")
+    perm = [int(p) for p in attrs.get("perm", range(x.ndim - 1, -1, -1))]
+    if sorted(perm) != list(range(x.ndim)):
+        raise OpError(f"Transpose: perm {perm} is not a permutation of the {x.ndim} axes")
+    return [np.ascontiguousarray(x.transpose(perm))]
+
+
+def concat(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Concat along ``axis`` (every input of the same rank and other dimensions)."""
+    xs = [_array(x, "Concat input") for x in inputs if x is not None]
+    if not xs or "axis" not in attrs:
+        raise OpError("Concat needs inputs and an axis")
+    axis = _axis(int(attrs["axis"]), xs[0].ndim, "Concat")
+    if any(x.ndim != xs[0].ndim or x.shape[:axis] + x.shape[axis + 1:] != xs[0].shape[:axis] + xs[0].shape[axis + 1:]
+           for x in xs):
+        raise OpError(f"Concat: shapes {[list(x.shape) for x in xs]} differ outside axis {axis}")
+    return [np.concatenate(xs, axis=axis)]
+
+
+def slice_(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Slice (starts, ends, axes, steps as inputs; as attributes before opset 10); bounds
+    clamped as the spec says."""
+    x = _array(inputs[0], "Slice input")
+    starts = _ints(_array(_given(attrs, inputs, "starts", 1), "Slice starts"), "Slice starts")
+    ends = _ints(_array(_given(attrs, inputs, "ends", 2), "Slice ends"), "Slice ends")
+    ax = _given(attrs, inputs, "axes", 3)
+    axes = _ints(ax, "Slice axes") if ax is not None else list(range(len(starts)))
+    st = inputs[4] if len(inputs) > 4 else None
+    steps = _ints(st, "Slice steps") if st is not None else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise OpError("Slice: starts, ends, axes and steps differ in length")
+    index = [slice(None)] * x.ndim
+    for s, e, a, step in zip(starts, ends, axes, steps):
+        if step == 0:
+            raise OpError("Slice: a step is 0")
+        index[_axis(a, x.ndim, "Slice")] = slice(s, e, step)
+    return [x[tuple(index)].copy()]
+
+
+def expand(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Expand: the input broadcast with ``shape`` (bidirectionally)."""
+    x = _array(inputs[0], "Expand input")
+    shape = _ints(_array(inputs[1], "Expand shape"), "Expand shape")
+    try:
+        out = np.broadcast_shapes(x.shape, tuple(shape))
+    except ValueError as exc:
+        raise OpError(f"Expand: {list(x.shape)} does not broadcast with {shape}") from exc
+    return [np.broadcast_to(x, out).copy()]
+
+
+def tile(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Tile: the input repeated ``repeats[k]`` times along axis k."""
+    x = _array(inputs[0], "Tile input")
+    reps = _ints(_array(inputs[1], "Tile repeats"), "Tile repeats")
+    if len(reps) != x.ndim or any(r < 0 for r in reps):
+        raise OpError(f"Tile: repeats {reps} for an input of rank {x.ndim}")
+    return [np.tile(x, reps)]
+
+
+def where(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Where: ``x`` where the condition holds, else ``y`` (broadcast)."""
+    c, x, y = (_array(v, "Where input") for v in inputs[:3])
+    try:
+        return [np.where(c.astype(bool), x, y)]
+    except ValueError as exc:
+        raise OpError(f"Where: shapes {list(c.shape)}, {list(x.shape)}, {list(y.shape)} do not broadcast") from exc
+
+
+def shape(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Shape (with ``start``/``end`` of opset 15), int64."""
+    x = _array(inputs[0], "Shape input")
+    start, end = int(attrs.get("start", 0)), attrs.get("end")
+    return [np.array(x.shape[start:None if end is None else int(end)], dtype=np.int64)]
+
+
+def size(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Size: the element count, an int64 scalar."""
+    return [np.array(_array(inputs[0], "Size input").size, dtype=np.int64)]
+
+
+#: ONNX element types (TensorProto codes) Cast converts text from and to: the numeric ones.
+_CAST_NUMERIC = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
+                 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
+
+
+def _float_text(v: Any) -> str:
+    """A float as ONNX Runtime writes it: 8 significant digits (``%.8g``), ``NaN``, ``INF``."""
+    f = float(v)
+    if f != f:
+        return "NaN"
+    if f in (float("inf"), float("-inf")):
+        return "INF" if f > 0 else "-INF"
+    return f"{f:.8g}"
+
+
+def _parse_float(s: str) -> float:
+    """Text as a number, as C's ``strtod`` reads it (decimal, ``inf``, ``nan``, hexadecimal)."""
+    try:
+        return float(s)
+    except ValueError:
+        return float.fromhex(s.strip())
+
+
+def cast(attrs: Attrs, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """ONNX Cast from or to text (``to`` = 8, STRING), as ONNX Runtime converts: floats become
+    text with 8 significant digits (``%.8g``; ``NaN``, ``INF``, ``-INF``), integers their decimal
+    text, booleans ``"1"``/``"0"``; text becomes floats as ``strtod`` reads it (``"inf"``,
+    ``"NaN"``, ``"1e3"``, ``"0x10"``), integers from integer text only; text to text is a copy.
+    Other element types, and text that is not a number, are an OpError."""
+    x = _array(inputs[0], "Cast input")
+    to = int(attrs.get("to", 0))
+    if to == 8:
+        if x.dtype == object:
+            return [as_strings(x, "Cast input")]
+        if x.dtype == np.bool_:
+            return [_map_strings(x, lambda v: "1" if v else "0")]
+        if x.dtype.kind in "iu":
+            return [_map_strings(x, lambda v: str(int(v)))]
+        if x.dtype.kind != "f":
+            raise OpError(f"Cast: cannot write {x.dtype} as text")
+        return [_map_strings(x, _float_text)]
+    want = _CAST_NUMERIC.get(to)
+    if want is None:
+        raise OpError(f"Cast: text converts to numeric element types only, not type {to}")
+    s = as_strings(x, "Cast input")
+    try:
+        if np.dtype(want).kind == "f":
+            return [_map_strings(s, _parse_float, np.float64).astype(want)]
+        if want is np.bool_:
+            return [_map_strings(s, lambda v: _parse_float(v) != 0, np.bool_)]
+        return [_map_strings(s, lambda v: int(v, 10), object).astype(want)]
+    except (ValueError, OverflowError) as exc:
+        raise OpError(f"Cast: text that is not a number ({exc})") from exc
+
+
+#: Operators that run on the host when a string tensor flows through them (compiled otherwise).
+STRING_MOVES: dict[str, HostKernel] = {
+    "Identity": identity, "Reshape": reshape, "Gather": gather, "GatherElements": gather_elements,
+    "Squeeze": squeeze, "Unsqueeze": unsqueeze, "Flatten": flatten, "Transpose": transpose, "Concat": concat,
+    "Slice": slice_, "Expand": expand, "Tile": tile, "Where": where, "Shape": shape, "Size": size, "Cast": cast,
+}
