@@ -31,6 +31,17 @@ class Layout(Protocol):
         ``dtype`` operands run on, or None (CUDA-core or CPU code)."""
         ...
 
+    def packs_batched_gemm(self) -> bool:
+        """Whether a batch of float32 products of two computed operands (equal batch shapes, as in
+        attention) runs on the packed GEMM, each right operand packed by a stage of its own."""
+        ...
+
+    def gemm_split_k(self, batch: int, m: int, n: int, k0: int, taps: int) -> int:
+        """Parts (a divisor of ``k0``, 1 for none) a packed GEMM of ``batch`` x ``m`` x ``n``
+        outputs splits its first reduction axis (``k0`` long; ``taps`` more products per step of
+        it) into, each part summed by blocks of its own and the parts added in the readers."""
+        ...
+
 
 def vector_panel_width(vector_bits: int, dtype: str = "float32") -> int:
     """Two vector registers of ``dtype`` elements for vector registers of ``vector_bits``: the
@@ -51,6 +62,14 @@ class CPULayout:
     def matrix_intrinsic(self, dtype: str) -> MatrixIntrinsic | None:
         """None: the CPU has no warp-level matrix instructions."""
         return None
+
+    def packs_batched_gemm(self) -> bool:
+        """False: the CPU computes batched products of computed operands as plain reductions."""
+        return False
+
+    def gemm_split_k(self, batch: int, m: int, n: int, k0: int, taps: int) -> int:
+        """1: CPU threads split a GEMM's rows and columns, never its reduction."""
+        return 1
 
 
 @functools.cache

@@ -49,6 +49,10 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul", strategy: Layout |
     if intrin is None and len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) == "float32" and K >= 16 \
             and N >= 16 and M * N * K >= 4096:
         return _matmul_packed(a, b, batch, M, K, N, strategy or host_layout())
+    if intrin is None and len(sb) > 2 and not a1 and tuple(ea[:-2]) == tuple(eb[:-2]) == tuple(batch) \
+            and dtype_of(a) == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N * K >= 4096 \
+            and (strategy or host_layout()).packs_batched_gemm():
+        return _batched_matmul_packed(a, b, batch, M, K, N, strategy or host_layout())
     if intrin is None and len(sb) == 2 and not a1 and dtype_of(a) == dtype_of(b) in ("float16", "bfloat16") \
             and K >= 16 and N >= 16 and M * N * K >= 4096:
         return lowp_matmul(a, b, M, K, N, strategy or host_layout())  # converted while packing
@@ -200,6 +204,104 @@ def _conv2d_tensorcore(
     return compute((B, M, OH, OW), view, name=uname("conv"))
 
 
+def split_k_product(t: Tensor, parts: int) -> Tensor:
+    """The packed GEMM ``t`` (``C[b, m, n] = sum over r0, r... of ...``, tag ``"conv_packed"``)
+    computed in ``parts`` pieces along its first reduction axis ``r0`` (``parts`` divides its
+    extent): a packed GEMM stage ``P[p * B + b, m, n]`` sums the ``p``-th part (its own blocks on
+    a GPU, so a product with few output tiles and a long reduction fills the machine), and the
+    returned injective stage adds the parts, inlined into its readers. ``parts <= 1`` returns
+    ``t``. The sum is reassociated (float32 rounding differs in the last bits), not changed."""
+    if parts <= 1:
+        return t
+    from ..arith import simplify
+    from ..ir.visitor import substitute
+
+    def ext(iv: Any) -> int:
+        return int(simplify(iv.dom.extent).value)
+
+    op = t.op
+    red = op.body[0]
+    r0, *rest = op.reduce_axis
+    k0 = ext(r0)
+    if k0 % parts:
+        raise ValueError(f"split_k_product: {parts} parts do not divide the reduction's {k0}")
+    chunk = k0 // parts
+    nb, nm, nn = (ext(a) for a in op.axis)
+    rk = te.reduce_axis((0, chunk), name=r0.var.name + "_part")
+    others = [te.reduce_axis((0, ext(r)), name=r.var.name + "_part") for r in rest]
+
+    def body(pb: Any, m: Any, n: Any) -> Any:
+        vmap = {op.axis[0].var: E.floormod(pb, nb), op.axis[1].var: m, op.axis[2].var: n,
+                r0.var: E.floordiv(pb, nb) * chunk + rk.var}
+        vmap.update({r.var: o.var for r, o in zip(rest, others)})
+        return te.sum(substitute(red.source[0], vmap), axis=[rk, *others])
+
+    attrs = dict(op.attrs or {})
+    attrs.pop("conv_out", None)
+    attrs["split_k"] = parts
+    part = compute((parts * nb, nm, nn), body, name=uname(op.name + "_part"), tag="conv_packed", attrs=attrs,
+                   workspace=True)
+
+    def total(b: Any, m: Any, n: Any) -> Any:
+        acc = part[b, m, n]
+        for p in range(1, parts):
+            acc = acc + part[p * nb + b, m, n]
+        return acc
+
+    return compute((nb, nm, nn), total, name=uname(op.name + "_sum"))
+
+
+def _batch_index(r: Any, batch: tuple[int, ...]) -> tuple[Any, ...]:
+    """The batch indices of flat batch row ``r`` (row-major over ``batch``)."""
+    idx, rest = [], r
+    for d in reversed(batch):
+        idx.append(E.floormod(rest, d))
+        rest = E.floordiv(rest, d)
+    return tuple(reversed(idx))
+
+
+def _batched_matmul_packed(
+    a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int, N: int, strategy: Layout
+) -> Tensor:
+    """A batch of float32 products ``a[..., M, K] @ b[..., K, N]`` of two computed operands with
+    the same batch shape (attention's ``Q Kᵀ`` and ``P V``) on the packed GEMM: each ``b`` packed
+    into ``nr``-wide panels ``[batch, N / nr, K, nr]`` by a stage of its own (zeros past ``N``),
+    the products computed over whole panels (split along ``K`` where the strategy says), then
+    viewed at ``N`` columns."""
+    nr = strategy.gemm_panel_width("float32")
+    npanel = -(-N // nr)
+    rows = int(np.prod(batch))
+    bp = compute(
+        (rows, npanel, K, nr),
+        lambda r, no, kk, ni: te.if_then_else(
+            no * nr + ni < N, b[_batch_index(r, batch) + (kk, E.min_expr(no * nr + ni, N - 1))],
+            const_like(0, "float32")),
+        name=uname("bmm_pack"),
+        tag="gemm_pack",
+        attrs={"panel_axis": 1},
+        workspace=True,
+    )
+    k = te.reduce_axis((0, K), name="k")
+    cv = compute(
+        (rows, M, npanel * nr),
+        lambda r, m, n: te.sum(a[_batch_index(r, batch) + (m, k.var)] * bp[r, E.floordiv(n, nr), k.var,
+                                                                           E.floormod(n, nr)], axis=k),
+        name=uname("bmm_gemm"),
+        tag="conv_packed",
+        attrs={"nr": nr, "K": K},
+        workspace=True,
+    )
+    cv = split_k_product(cv, strategy.gemm_split_k(rows, M, npanel * nr, K, 1))
+
+    def view(*i: Any) -> Any:
+        r: Any = E.const(0)
+        for d, v in zip(batch, i[:-2]):
+            r = r * d + v
+        return cv[r, i[-2], i[-1]]
+
+    return compute(batch + (M, N), view, name=uname("bmm"))
+
+
 def _matmul_packed(
     a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int, N: int, strategy: Layout
 ) -> Tensor:
@@ -239,6 +341,7 @@ def _matmul_packed(
         attrs={"nr": nr, "K": K},
         workspace=True,
     )
+    cv = split_k_product(cv, strategy.gemm_split_k(rows, M, npanel * nr, K, 1))
 
     def view(*i: Any) -> Any:
         r: Any = E.const(0)
@@ -466,6 +569,7 @@ def _conv2d_packed(
         attrs={"nr": nr, "K": C * KH * KW, "conv_out": (OH, OW)},
         workspace=True,
     )
+    cv = split_k_product(cv, strategy.gemm_split_k(B, M, npanel * nr, C, KH * KW))
 
     def view(b: Any, m: Any, oh: Any, ow: Any) -> Any:
         v = cv[b, m, oh * OW + ow]

@@ -75,6 +75,16 @@ class Strategy(ABC):
         inlined. ``config`` (a point of :meth:`space` of the same outputs) sets the tunable
         stage's knobs; without it the space's default point is used."""
 
+    def packs_batched_gemm(self) -> bool:
+        """Whether a batch of float32 products of two computed operands runs on the packed GEMM
+        (:class:`ember.ops.layout.Layout`); False unless a subclass says otherwise."""
+        return False
+
+    def gemm_split_k(self, batch: int, m: int, n: int, k0: int, taps: int) -> int:
+        """Parts a packed GEMM's first reduction axis is split into (:class:`ember.ops.layout.Layout`);
+        1 (no split) unless a subclass says otherwise."""
+        return 1
+
     def matrix_intrinsic(self, dtype: str) -> MatrixIntrinsic | None:
         """The matrix instruction products of two ``dtype`` operands run on, or None (the
         default: no matrix unit)."""

@@ -66,11 +66,18 @@ _WARNED_NO_MATRIX_UNIT: set[str] = set()
 GEMM_TILES = ((64, 64, 4, 4), (32, 32, 2, 2), (16, 32, 1, 2), (16, 16, 1, 1))
 MIN_BLOCKS = 128
 BK_TAPS = 32
+# Split-K (gemm_split_k): a product whose largest tile launches fewer than MIN_BLOCKS blocks is
+# summed in up to MAX_SPLIT_K parts of at least SPLIT_K_MIN products each.
+MAX_SPLIT_K = 16
+SPLIT_K_MIN = 256
 # A reduction over at least CROSS_THREAD_MIN values per output along its input's innermost
 # dimension (a LayerNorm's or Softmax's row) is split over the threads of a block, about one
 # thread per CROSS_THREAD_PER values: a row of 768 gets 128 threads, 6 values each.
 CROSS_THREAD_MIN = 64
 CROSS_THREAD_PER = 4
+# A plain matrix product (tag "matmul": one that did not become a packed GEMM) with at least
+# this many outputs keeps one thread per output; fewer (a GEMV) split each output's reduction.
+MATMUL_FLAT_OUTPUTS = 2048
 # What the knob space offers: threads along one block dimension, values per thread along it,
 # reduction chunks; and the limits of a legal point.
 THREAD_COUNTS = (1, 2, 4, 8, 16, 32)
@@ -110,6 +117,15 @@ class GPUStrategy(Strategy):
         """The knob space of the first packed GEMM stage of the kernel computing ``outs``."""
         op = first_tagged(outs, "conv_packed")
         return packed_gemm_space(op, self.target) if op is not None else None
+
+    def packs_batched_gemm(self) -> bool:
+        """True: a batch of float32 products of two computed operands (attention's ``Q Kᵀ`` and
+        ``P V``) runs on the packed GEMM, its right operands packed by a kernel of their own."""
+        return True
+
+    def gemm_split_k(self, batch: int, m: int, n: int, k0: int, taps: int) -> int:
+        """:func:`gemm_split_k` with this target's float32 panel width."""
+        return gemm_split_k(batch, m, n, self.gemm_panel_width("float32"), k0, taps)
 
     def lift_outputs(self, outs: Sequence[Tensor]) -> list[Tensor]:
         """Each 0-d output computed as a one-element vector (GPU stages need an axis to bind)."""
@@ -210,6 +226,11 @@ def cross_thread_threads(op: ComputeOp) -> int | None:
     along its input's innermost dimension."""
     if op.num_outputs != 1 or not op.axis:
         return None
+    outputs = 1
+    for a in op.axis:
+        outputs *= extent(a)
+    if op.tag == "matmul" and outputs >= MATMUL_FLAT_OUTPUTS:
+        return None  # a matrix product with many outputs: a thread per output reuses rows in cache
     kr = _reduce_extent(op)
     if kr is None or kr < CROSS_THREAD_MIN or not _reads_reduced_innermost(op):
         return None
@@ -266,16 +287,50 @@ def _gemm_dims(op: ComputeOp) -> tuple[int, int, int, int, int, int]:
     return nb, nm, nn, nr, extent(red[0]), taps
 
 
+def _gemm_tiles(nr: int) -> list[tuple[int, int, int, int]]:
+    """The entries of :data:`GEMM_TILES` whose block columns cover whole panels of ``nr``."""
+    return [t for t in GEMM_TILES if t[1] % nr == 0] or [GEMM_TILES[0]]
+
+
+def default_gemm_tile(nb: int, nm: int, nn: int, nr: int) -> tuple[int, int, int, int]:
+    """The heuristic tiling ``(BM, BN, TM, TN)`` of a packed GEMM with ``nb`` x ``nm`` x ``nn``
+    outputs: the largest of :data:`GEMM_TILES` that still launches :data:`MIN_BLOCKS` blocks,
+    else the one that launches the most."""
+    tiles = _gemm_tiles(nr)
+    for tile in tiles:
+        if nb * -(-nm // tile[0]) * -(-nn // tile[1]) >= MIN_BLOCKS:
+            return tile
+    return tiles[-1]
+
+
+def gemm_split_k(nb: int, nm: int, nn: int, nr: int, k0: int, taps: int) -> int:
+    """Parts to split a packed GEMM's first reduction axis (``k0`` steps of ``taps`` products)
+    into (:func:`ember.ops.nn.split_k_product`): 1 when the largest tile already launches
+    :data:`MIN_BLOCKS` blocks; else the fewest parts (a divisor of ``k0``, at most
+    :data:`MAX_SPLIT_K`, each at least :data:`SPLIT_K_MIN` products long) that, with the
+    largest tile, launch that many — or the most such parts when none does. BERT-base's
+    128 x 768 x 3072 product gets 24 blocks of 64 x 64 in 6 parts instead of 96 of 32 x 32."""
+    big = _gemm_tiles(nr)[0]
+    blocks = nb * -(-nm // big[0]) * -(-nn // big[1])
+    if blocks >= MIN_BLOCKS:
+        return 1
+    best = 1
+    for parts in range(2, min(MAX_SPLIT_K, k0) + 1):
+        if k0 % parts:
+            continue
+        if (k0 // parts) * taps < SPLIT_K_MIN:
+            break
+        best = parts
+        if blocks * parts >= MIN_BLOCKS:
+            break
+    return best
+
+
 def packed_gemm_space(op: ComputeOp, target: Target) -> ConfigSpace:
     """The knob space of packed GEMM ``op`` on GPU ``target`` (see the module docstring); its
     default point is the heuristic tiling of :data:`GEMM_TILES`."""
     nb, nm, nn, nr, c0, taps = _gemm_dims(op)
-    tiles = [t for t in GEMM_TILES if t[1] % nr == 0] or [GEMM_TILES[0]]
-    BM, BN, TM, TN = tiles[-1]
-    for tile in tiles:
-        if nb * -(-nm // tile[0]) * -(-nn // tile[1]) >= MIN_BLOCKS:
-            BM, BN, TM, TN = tile
-            break
+    BM, BN, TM, TN = default_gemm_tile(nb, nm, nn, nr)
     splits = [(-1, t, v) for t in THREAD_COUNTS for v in PER_THREAD]
     space = ConfigSpace()
     space.define_split("tile_m", nm, num_outputs=3, policy="candidate", candidate=splits, default=(-1, BM // TM, TM))

@@ -311,3 +311,15 @@ def test_row_reductions_split_over_threads_match_onnxruntime(cuda_dev, rng, rows
                     h.make_tensor_value_info("z", T.FLOAT, [rows, width]),
                     h.make_tensor_value_info("w", T.FLOAT, [rows])], inits)
     _check(model, {"x": _f32(rng, rows, width, lo=-4, hi=4)}, tol=1e-5)
+
+
+@pytest.mark.parametrize("batch, m, k, n", [((2, 3), 37, 45, 29), ((1, 12), 128, 64, 128), ((4,), 19, 600, 40)])
+def test_batched_products_of_computed_operands(cuda_dev, rng, batch, m, k, n) -> None:
+    """float32 batches of products of two computed operands (attention's shapes and sizes no
+    tile divides; the last case long enough along K to be split) run on the packed GEMM with the
+    right operands packed per call, and match ONNX Runtime."""
+    a_shape, b_shape = list(batch) + [m, k], list(batch) + [k, n]
+    nodes = [h.make_node("Relu", ["a"], ["ra"]), h.make_node("MatMul", ["ra", "b"], ["y"])]
+    ins = [h.make_tensor_value_info("a", T.FLOAT, a_shape), h.make_tensor_value_info("b", T.FLOAT, b_shape)]
+    model = _model(nodes, ins, [h.make_tensor_value_info("y", T.FLOAT, list(batch) + [m, n])], [])
+    _check(model, {"a": _f32(rng, *a_shape), "b": _f32(rng, *b_shape)}, tol=1e-5)
