@@ -408,10 +408,7 @@ def qlinear_matmul(
 ) -> Tensor:
     """ONNX QLinearMatMul: the int32 product of the zero-point-shifted operands, requantized
     with ``a_scale * b_scale / y_scale`` (computed in the scales' type, per tensor)."""
-    _check_int8(ctx, a, b, azp, bzp, yzp)
-    check_qparams(ctx, "a", a, a_scale, azp)
-    check_qparams(ctx, "b", b, b_scale, bzp)
-    check_qparams(ctx, "y", yzp if yzp is not None else a, y_scale, None)
+    check_qlinear(ctx, [("a", a, a_scale, azp), ("b", b, b_scale, bzp)], ("y", a, y_scale, yzp))
     for s, what in ((a_scale, "a_scale"), (y_scale, "y_scale")):
         if _numel(s) != 1:
             raise ctx.fail(f"{what} of shape {shape(s)} must be a scalar (per tensor)")
@@ -723,10 +720,7 @@ def qlinear_conv(
 ) -> Tensor:
     """ONNX QLinearConv: the int32 convolution (plus int32 bias) requantized with
     ``x_scale * w_scale / y_scale`` (``w_scale`` per tensor or per output channel)."""
-    _check_int8(ctx, x, w, xzp, wzp, yzp)
-    check_qparams(ctx, "x", x, x_scale, xzp)
-    check_qparams(ctx, "w", w, w_scale, wzp)
-    check_qparams(ctx, "y", yzp if yzp is not None else x, y_scale, None)
+    check_qlinear(ctx, [("x", x, x_scale, xzp), ("w", w, w_scale, wzp)], ("y", x, y_scale, yzp))
     for sc, what in ((x_scale, "x_scale"), (y_scale, "y_scale")):
         if _numel(sc) != 1:
             raise ctx.fail(f"{what} of shape {shape(sc)} must be a scalar (per tensor)")
@@ -763,6 +757,30 @@ def _per_tensor(ctx: OpContext, **params: Tensor | None) -> None:
             raise ctx.fail(f"{what} of shape {shape(t)} must be a scalar (per tensor)")
 
 
+#: One quantized value of a QLinear operator: (its name, the tensor, its scale, its zero point).
+#: For an output, the tensor is the value whose type the output has when it has no zero point.
+QValue = tuple[str, Tensor, "Tensor | None", "Tensor | None"]
+
+
+def check_qlinear(
+    ctx: OpContext, inputs: Sequence[QValue], y: QValue | None = None, per_tensor: Sequence[str] = (),
+    y_optional: bool = False,
+) -> None:
+    """The parameter checks every QLinear operator makes (an error naming the node otherwise):
+    inputs and zero points int8/uint8; each input's scale present and a float, its zero point of
+    the input's type (:func:`check_qparams`); the output ``y``'s scale likewise (unless
+    ``y_optional`` and absent: a float output); the values named in ``per_tensor`` with a scalar
+    scale and zero point."""
+    _check_int8(ctx, *(t for _, v, _, z in inputs for t in (v, z)), *((y[3],) if y is not None else ()))
+    for what, v, sc, zp in inputs:
+        check_qparams(ctx, what, v, sc, zp)
+    if y is not None and (y[2] is not None or not y_optional):
+        check_qparams(ctx, y[0], y[3] if y[3] is not None else y[1], y[2], None)
+    for what, _, sc, zp in (*inputs, *((y,) if y is not None else ())):
+        if what in per_tensor:
+            _per_tensor(ctx, **{f"{what}_scale": sc, f"{what}_zero_point": zp})
+
+
 @register("com.microsoft.QLinearAdd")
 def qlinear_add(
     ctx: OpContext,
@@ -777,12 +795,8 @@ def qlinear_add(
 ) -> Tensor:
     """com.microsoft QLinearAdd: ``quantize(dequantize(a) + dequantize(b))`` with broadcasting,
     per-tensor scales, in float32."""
-    _check_int8(ctx, a, b, azp, bzp, czp)
-    check_qparams(ctx, "a", a, a_scale, azp)
-    check_qparams(ctx, "b", b, b_scale, bzp)
-    check_qparams(ctx, "c", czp if czp is not None else a, c_scale, None)
-    _per_tensor(ctx, a_scale=a_scale, a_zero_point=azp, b_scale=b_scale, b_zero_point=bzp, c_scale=c_scale,
-                c_zero_point=czp)
+    check_qlinear(ctx, [("a", a, a_scale, azp), ("b", b, b_scale, bzp)], ("c", a, c_scale, czp),
+                  per_tensor=("a", "b", "c"))
     out = broadcast_shapes(shape(a), shape(b))
     odt = dtype_of(czp) if czp is not None else dtype_of(a)
 
@@ -802,10 +816,7 @@ def qlinear_global_average_pool(
     """com.microsoft QLinearGlobalAveragePool (NCHW, or NHWC with ``channels_last``): the mean of
     ``x - x_zero_point`` over the spatial axes, scaled by ``x_scale / y_scale``, plus
     ``y_zero_point``."""
-    _check_int8(ctx, x, xzp, yzp)
-    check_qparams(ctx, "x", x, x_scale, xzp)
-    check_qparams(ctx, "y", yzp if yzp is not None else x, y_scale, None)
-    _per_tensor(ctx, x_scale=x_scale, x_zero_point=xzp, y_scale=y_scale, y_zero_point=yzp)
+    check_qlinear(ctx, [("x", x, x_scale, xzp)], ("y", x, y_scale, yzp), per_tensor=("x", "y"))
     xs = shape(x)
     if len(xs) < 3:
         raise ctx.fail(f"input of shape {xs} must have at least 3 dimensions")
@@ -848,10 +859,8 @@ def qgemm(
     ``b_zero_point`` per tensor or per output column) plus the int32 bias ``C`` at scale
     ``a_scale * b_scale``; float32, or quantized with ``y_scale``/``y_zero_point``. On the packed
     integer GEMM."""
-    _check_int8(ctx, a, b, azp, bzp, yzp)
-    check_qparams(ctx, "a", a, a_scale, azp)
-    check_qparams(ctx, "b", b, b_scale, bzp)
-    _per_tensor(ctx, a_scale=a_scale, a_zero_point=azp, y_scale=y_scale, y_zero_point=yzp)
+    check_qlinear(ctx, [("a", a, a_scale, azp), ("b", b, b_scale, bzp)], ("y", a, y_scale, yzp),
+                  per_tensor=("a", "y"), y_optional=True)
     ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
     alpha = float(ctx.attr("alpha", 1.0))
     sa, sb = shape(a), shape(b)
