@@ -13,8 +13,11 @@ kernel steps with ``cost`` (FLOPs and bytes per call, :mod:`ember.profiler.cost`
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from .. import te
 from ..graph.ir import Graph, TensorInfo
@@ -66,6 +69,7 @@ def lower_groups(
     strategy = _strategy(target, gpu, tf32)
     funcs, steps = [], []
     memo = LoweringMemo()  # repeated layers are lowered once
+    packed: dict[tuple[Any, ...], str] = {}  # folded constants by content: one copy per distinct value
     for k, gr in enumerate(groups):
         if _group_is_view(gr, graph):
             steps.append({"kind": "view", "src": gr.nodes[0].inputs[0], "dst": gr.outputs[0], **_node_info(gr)})
@@ -99,7 +103,7 @@ def lower_groups(
         # Packed copies of constants (weights in the layout the GEMM kernels read) are computed
         # once, now, and read from new constants.
         consts = {id(t.op): name for name, t in zip(gr.inputs, params) if name in graph.consts}
-        fixed, folded = _fold_constant_stages(fixed, consts, graph, fname)
+        fixed, folded = _fold_constant_stages(fixed, consts, graph, fname, packed)
         params = params + [t for _, t in folded]
         gr_inputs = list(gr.inputs) + [n for n, _ in folded]
         # Large intermediate buffers (packed operands, GEMM results) become workspace arguments,
@@ -144,15 +148,20 @@ def _strategy(target: Target | str | None, gpu: bool, tf32: bool = False) -> Str
 
 
 def _fold_constant_stages(
-    outs: list[te.Tensor], consts: dict[int, str], graph: Graph, fname: str
+    outs: list[te.Tensor], consts: dict[int, str], graph: Graph, fname: str,
+    packed: dict[tuple[Any, ...], str] | None = None,
 ) -> tuple[list[te.Tensor], list[tuple[str, te.Tensor]]]:
     """Layout transforms of constants, computed at compile time. Every stage flagged
     ``constant_layout`` (a matrix product's right operand packed into column panels) that
     depends only on constants (directly or through other computed stages) is evaluated once
     with ember's NumPy reference (:func:`ember.te.evaluate`); its value becomes a new graph
     constant, which the kernel reads through a new placeholder instead of repacking on every
-    call. Returns the rewritten outputs and the
-    (constant name, placeholder) pairs to pass."""
+    call. ``packed`` (shared by the kernels of one compile) maps each folded value's content
+    to its constant: kernels that fold the same weights the same way (a recurrent layer's steps,
+    each a kernel of its own reading one recurrent weight matrix) read one copy, so a
+    matrix-vector product called once per step finds its operand in cache instead of a fresh
+    copy per step. Returns the rewritten outputs and the (constant name, placeholder) pairs to
+    pass."""
     from ..te.reference import evaluate
 
     folded: list[tuple[str, te.Tensor]] = []
@@ -172,9 +181,15 @@ def _fold_constant_stages(
             return None
         t = op.output(0)
         (value,) = evaluate([t], {x: graph.consts[consts[id(x.op)]] for x in srcs})
-        name = f"{fname}__const{len(folded)}"
-        graph.consts[name] = value
-        graph.values[name] = TensorInfo(value.shape, str(value.dtype))
+        flat = np.ascontiguousarray(np.asarray(value).reshape(-1))
+        key = (tuple(np.shape(value)), str(flat.dtype), hashlib.sha256(flat.view(np.uint8)).digest())
+        name = packed.get(key) if packed is not None else None
+        if name is None or name in {n for n, _ in folded}:
+            name = f"{fname}__const{len(folded)}"
+            graph.consts[name] = value
+            graph.values[name] = TensorInfo(value.shape, str(value.dtype))
+            if packed is not None:
+                packed[key] = name
         ph = te.placeholder(te_shape(t), str(t.dtype), name=uname("pk"))
         folded.append((name, ph))
         return ph

@@ -70,3 +70,29 @@ def test_lstm_cell_calls_no_libm_tanh() -> None:
     model = ember.compile(m)
     ll = model.get_source("llvm")
     assert "lstmcell" in ll and "tanhf" not in ll
+
+
+def test_steps_of_a_direction_read_one_packed_copy_of_the_weights() -> None:
+    # Each step is a kernel of its own; the recurrent weights, packed into panels at compile
+    # time, were folded once per step (40 copies of 4 MB per direction for the stand-in: every
+    # step read a fresh copy from memory). Folded constants are shared by content now.
+    import sys
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from rnn_models import rnn_model
+
+    T, H, I = 9, 37, 19  # sizes no panel or tile divides
+    m, feeds = rnn_model("LSTM", T=T, B=2, I=I, H=H, direction="bidirectional")
+    model = ember.compile(m)
+    steps = [s for s in model.plan["steps"] if s["kind"] == "kernel"]
+    packed = {a for s in steps for a in s["args"] if "__const" in a}
+    # one input projection and one recurrent matrix per direction
+    assert len(packed) <= 4, sorted(packed)
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = model(**feeds)
+    for a, b in zip(got, ref):
+        # float32 sums of I + H products per gate over T steps, ONNX Runtime summing in another order
+        np.testing.assert_allclose(np.asarray(a), b, rtol=0, atol=1e-5)
