@@ -38,7 +38,7 @@ def as_strings(x: Any, what: str) -> np.ndarray:
                 raise OpError(f"{what}: element {i} is not UTF-8 text ({exc})") from exc
         elif not isinstance(v, str):
             raise OpError(f"{what}: element {i} is a {type(v).__name__}, not a string")
-        flat_out[i] = v
+        flat_out[i] = v if type(v) is str else str(v)  # (numpy.str_ and other str subclasses: plain str)
     return out
 
 
