@@ -17,8 +17,11 @@ ONNX Runtime's:
 * ``DQ(a), DQ(b) -> Add -> Q``  ->  ``com.microsoft.QLinearAdd``;
 * ``Relu -> Q`` with the zero point at the bottom of the quantized type: the ``Relu`` is dropped
   (the saturation of ``Q`` gives the same values, exactly), as ONNX Runtime's ``ReluQuantFusion``;
-* ``DQ(x) -> MaxPool -> Q`` with the same scale and zero point  ->  ``MaxPool`` of the integers
-  (the quantization is monotonic, so the maximum commutes with it, exactly).
+* ``DQ(x) -> MaxPool -> Q`` with the same scale and zero point  ->  the maximum of the integers
+  (the quantization is monotonic, so the maximum commutes with it, exactly), as
+  ``ember.IntMaxPool`` (:func:`ember.ops.quant.int_maxpool`, a vectorizable integer pool); a
+  ``MaxPool`` that reads the output of an integer QLinear operator (QOperator format) becomes
+  ``ember.IntMaxPool`` too. Both only for 2-D pools without ``ceil_mode`` or indices.
 
 A group is fused only when it is well formed: the ``DequantizeLinear``s and the ``QuantizeLinear``
 have constant scales (float32) and zero points (int8/uint8; int32 zero for a bias) of the lengths
@@ -33,10 +36,14 @@ from typing import Any
 
 import numpy as np
 
+from ..ops.quant import INT_MAXPOOL
 from ..transform import Pass, PassContext
 from .ir import Graph, Node
 
 _QTYPES = {"uint8": 0, "int8": -128}  # type -> the bottom of its range
+#: Operators whose output is int8/uint8 (QuantizeLinear: when its zero point is).
+_INT_OUTPUT = ("QLinearConv", "QLinearMatMul", "com.microsoft.QLinearAdd", "com.microsoft.QLinearGlobalAveragePool",
+               INT_MAXPOOL)
 
 
 class _Q:
@@ -101,7 +108,19 @@ class _Rewriter:
                 continue
             nodes.append(self.replace.get(id(n), n))
         self.g.nodes = nodes
+        self.integer_maxpools()
         return self.g
+
+    def integer_maxpools(self) -> None:
+        """MaxPool nodes reading an integer QLinear operator's output become ember.IntMaxPool."""
+        prod = self.g.producers()
+        for k, n in enumerate(self.g.nodes):
+            p = prod.get(n.inputs[0]) if n.inputs else None
+            if n.op != "MaxPool" or p is None or not _pool_ok(n):
+                continue
+            integer = p.op in _INT_OUTPUT or (p.op == "QuantizeLinear" and _params(p, self.g) is not None)
+            if integer:
+                self.g.nodes[k] = Node(INT_MAXPOOL, list(n.inputs), list(n.outputs), dict(n.attrs), n.name, n.opset)
 
     def drop_relu(self, q: Node) -> None:
         """``Relu -> Q`` with Q's zero point at the bottom of its type: Q reads the Relu's input."""
@@ -250,7 +269,14 @@ class _Rewriter:
         if xq.s.reshape(-1)[0] != y.s.reshape(-1)[0] or xq.z.reshape(-1)[0] != y.z.reshape(-1)[0] \
                 or xq.z.dtype != y.z.dtype:
             return None
-        return Node("MaxPool", [xn.inputs[0]], [], dict(op.attrs), op.name, op.opset)
+        return Node(INT_MAXPOOL if _pool_ok(op) else "MaxPool", [xn.inputs[0]], [], dict(op.attrs), op.name, op.opset)
+
+
+def _pool_ok(node: Node) -> bool:
+    """Whether MaxPool ``node`` is one ``ember.IntMaxPool`` computes: 2-D, no ceil_mode, no indices."""
+    ks = node.attrs.get("kernel_shape")
+    return (ks is not None and len(ks) == 2 and not int(node.attrs.get("ceil_mode", 0))
+            and not (len(node.outputs) > 1 and node.outputs[1]))
 
 
 def fuse_qdq(graph: Graph) -> Graph:
@@ -269,8 +295,8 @@ class FuseQDQ(Pass):
     contract = (
         "needs a Graph whose quantization parameters are constants; gives one computing what ONNX Runtime "
         "computes, with DequantizeLinear -> Conv/MatMul/Gemm/Add/MaxPool -> QuantizeLinear groups as "
-        "QLinearConv/QLinearMatMul/QGemm/QLinearAdd/integer MaxPool and Relu before a QuantizeLinear at "
-        "the type's bottom dropped"
+        "QLinearConv/QLinearMatMul/QGemm/QLinearAdd/ember.IntMaxPool, MaxPools of integer QLinear outputs as "
+        "ember.IntMaxPool, and Relu before a QuantizeLinear at the type's bottom dropped"
     )
 
     def transform(self, ir: Any, ctx: PassContext) -> Graph:

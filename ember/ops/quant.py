@@ -918,3 +918,53 @@ def qgemm(
         return _quantize_f32(ctx, f, y_scale, yzp, dtype_of(yzp) if yzp is not None else dtype_of(a))
 
     return compute(out, body, name=uname("qgemm"))
+
+
+#: The integer 2-D max pool that :class:`ember.graph.qdq_fusion.FuseQDQ` puts in place of a
+#: ``MaxPool`` of quantized values.
+INT_MAXPOOL = "ember.IntMaxPool"
+
+
+@register(INT_MAXPOOL, pattern="opaque")
+def int_maxpool(ctx: OpContext, x: Tensor) -> Tensor:
+    """``ember.IntMaxPool``: ONNX ``MaxPool`` (2-D, ``ceil_mode`` 0, no indices; ``pads`` or
+    ``auto_pad``, strides, dilations) of an int8/uint8 NCHW tensor, computed as the maximum of
+    the taps written out (no reduction loop) over a copy of the image padded with the type's
+    minimum: the output rows are plain loops the compiler vectorizes (ember's ``MaxPool`` runs a
+    guarded scalar reduction per output element)."""
+    _check_int8(ctx, x)
+    sx = shape(x)
+    ks = ints(ctx.attr("kernel_shape"))
+    if len(sx) != 4 or len(ks) != 2 or int(ctx.attr("ceil_mode", 0)):
+        raise ctx.fail(f"input {sx}, kernel_shape {ks}, ceil_mode {ctx.attr('ceil_mode', 0)}: "
+                       "ember.IntMaxPool takes 2-D pools without ceil_mode")
+    strides = ints(ctx.attr("strides")) or [1, 1]
+    dil = ints(ctx.attr("dilations")) or [1, 1]
+    lo, hi = conv_pads(ctx, sx[2:], (ks[0], ks[1]), strides, dil)
+    N, C, H, W = sx
+    OH = (H + lo[0] + hi[0] - ((ks[0] - 1) * dil[0] + 1)) // strides[0] + 1
+    OW = (W + lo[1] + hi[1] - ((ks[1] - 1) * dil[1] + 1)) // strides[1] + 1
+    dt = dtype_of(x)
+    bottom = E.const(_RANGES[dt][0], dt)
+
+    def padded(n: Any, c: Any, i: Any, j: Any) -> E.PrimExpr:
+        ih, iw = i - lo[0], j - lo[1]
+        inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        return te.if_then_else(inside, x[n, c, E.max_expr(E.min_expr(ih, H - 1), 0),
+                                         E.max_expr(E.min_expr(iw, W - 1), 0)], bottom)
+
+    xp = x
+    if any(lo) or any(hi):
+        xp = compute((N, C, H + lo[0] + hi[0], W + lo[1] + hi[1]), padded, name=uname("imaxpool_pad"),
+                     materialize=True, workspace=True)
+
+    def body(n: Any, c: Any, i: Any, j: Any) -> E.PrimExpr:
+        v: E.PrimExpr | None = None
+        for r in range(ks[0]):
+            for q in range(ks[1]):
+                t = xp[n, c, i * strides[0] + r * dil[0], j * strides[1] + q * dil[1]]
+                v = t if v is None else E.max_expr(v, t)
+        assert v is not None
+        return v
+
+    return compute((N, C, OH, OW), body, name=uname("imaxpool"))

@@ -1,9 +1,10 @@
 """QDQ fusion (ember.graph.qdq_fusion): QDQ-format models built by hand, at sizes no tile divides,
 against ONNX Runtime (which fuses the same groups into its integer kernels).
 
-* What the pass makes of each group (QLinearConv, QLinearMatMul, QGemm, QLinearAdd, integer
-  MaxPool, the Relu before a QuantizeLinear at the type's bottom dropped) and what it leaves (a
-  bias whose scale is not ``x_scale * w_scale``, a float value read twice).
+* What the pass makes of each group (QLinearConv, QLinearMatMul, QGemm, QLinearAdd, ember.IntMaxPool,
+  the Relu before a QuantizeLinear at the type's bottom dropped; a MaxPool of QuantizeLinear's
+  output) and what it leaves (a bias whose scale is not ``x_scale * w_scale``, a float value read
+  twice).
 * The compiled model against ONNX Runtime: the same quantized integers (compared through the
   final DequantizeLinear; a value on a rounding boundary may land one step away, as float32
   products differ in the last bit between kernels: at most one step, on at most 0.5 % of the
@@ -154,7 +155,7 @@ def test_add_maxpool_gemm_matmul() -> None:
     out = b.q(mm, 0.3, 128)
     m = b.model({"a": [1, 3, 11, 9], "c": [1, 3, 11, 9]}, out)
     ops = _ops(m)
-    for want in ("com.microsoft.QLinearAdd", "MaxPool", "com.microsoft.QGemm", "QLinearMatMul"):
+    for want in ("com.microsoft.QLinearAdd", "ember.IntMaxPool", "com.microsoft.QGemm", "QLinearMatMul"):
         assert want in ops, ops
     assert not {"Add", "Gemm", "MatMul"} & set(ops), ops
     rng = np.random.default_rng(8)
@@ -181,3 +182,25 @@ def test_zero_point_of_wrong_type_in_a_group_names_the_node() -> None:
     m = b.model({"x": [1, 4, 5, 7]}, b.q(b.node("Conv", [x, w]), 0.05, 0))
     with pytest.raises(EmberError, match="bad_dq"):
         ember.compile(m, use_cache=False)
+
+
+@pytest.mark.parametrize("dt", ["uint8", "int8"])
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 2, 1, 0], dilations=[2, 1]),
+                                   dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER", strides=[2, 2])],
+                         ids=["resnet", "dilated", "same_upper"])
+def test_maxpool_of_quantized_values_is_integer(dt: str, attrs: dict) -> None:
+    """A MaxPool reading QuantizeLinear's output (QOperator format) runs as ember.IntMaxPool:
+    padding at the type's minimum, exactly ONNX Runtime's integers at sizes no vector divides."""
+    zp = np.array(3 if dt == "uint8" else -5, dt)
+    nodes = [oh.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), oh.make_node("MaxPool", ["q"], ["y"], **attrs)]
+    g = oh.make_graph(nodes, "p", [oh.make_tensor_value_info("x", TP.FLOAT, [2, 5, 13, 11])],
+                      [oh.make_tensor_value_info("y", TP.UINT8 if dt == "uint8" else TP.INT8, None)],
+                      [nh.from_array(np.array(0.05, np.float32), "s"), nh.from_array(zp, "z")])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 19)])
+    m.ir_version = 9
+    assert _ops(m) == ["QuantizeLinear", "ember.IntMaxPool"]
+    x = np.random.default_rng(11).standard_normal((2, 5, 13, 11)).astype(np.float32) * 4
+    got = np.asarray(ember.compile(m, use_cache=False)(x=x))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got.reshape(ref.shape), ref)
