@@ -217,3 +217,88 @@ def test_depthwise_for_haswell_holds_vector_fmas_only():
     f = ember.build(strategy.schedule_group([out]), [x, w, out], target=target, name="dw")
     asm = f.get_source("asm")
     assert "vfmadd" in asm and "vpminud" in asm and "%ymm" in asm and "%zmm" not in asm
+
+
+# -- register blocks of an odd number of output-channel blocks ---------------------------------------------
+def _dense(x: np.ndarray, w: np.ndarray, b: np.ndarray, strides, pads, target: str, knobs: dict | None = None):
+    """The blocked convolution of ``x`` (NCHW) by ``w`` at the default point of its knob space, or
+    with ``knobs`` set; returns (result in NCHW, the point used)."""
+    strategy = CPUStrategy(target)
+    lanes = strategy.target.vector_lanes(32)
+    c, m = x.shape[1], w.shape[0]
+    ib = c if c < lanes else lanes
+    arrays = [_block(x, ib), _block_weight(w, ib, lanes), _block_bias(b, lanes)]
+    phs = [te.placeholder(a.shape, "float32", name=f"in{k}") for k, a in enumerate(arrays)]
+    attrs = {"strides": list(strides), "pads": list(pads)}
+    (out,) = call(OpContext(CONV_NCHWC, attrs, ["in0", "in1", "in2"], {}, 17, "n0", strategy=strategy), phs)
+    space = strategy.space([out])
+    assert space is not None
+    cfg = space.default
+    if knobs:
+        j = cfg.to_json()
+        j.pop("index", None)
+        for k, v in knobs.items():
+            j["knobs"][k] = {"val": v}
+        cfg = space.from_json(j)
+    f = ember.build(strategy.schedule_group([out], config=cfg), phs + [out], target=target, name="conv")
+    res = np.full([int(d.value) for d in out.shape], np.nan, np.float32)
+    f(*arrays, res)
+    assert not np.any(_unblock(res, res.shape[1] * lanes)[:, m:])  # padding channels are zero
+    return _unblock(res, m), {k: cfg[k].val for k in ("tile_oc", "tile_oh", "tile_ow")}
+
+
+@pytest.mark.parametrize(
+    "xs, m, expect",
+    [
+        pytest.param((1, 37, 14, 14), 107, (1, 2, 14), id="7-blocks-14x14-rows"),
+        pytest.param((1, 21, 28, 28), 45, (3, 1, 7), id="3-blocks-28x28"),
+        pytest.param((1, 19, 7, 7), 139, (3, 1, 7), id="9-blocks-7x7"),
+        pytest.param((1, 23, 28, 28), 75, (1, 1, 28), id="5-blocks-28x28-row"),
+    ],
+)
+def test_odd_channel_block_defaults_match_float64(rng, xs, m, expect):
+    """A 32-register target (the AVX-512 block of 16 channels) gives an odd number of output
+    blocks three blocks or one block over rows (``odd_channel_tiles``) by default; the result
+    matches float64 (channel counts padded to the block, a residual-free 1x1)."""
+    target = "llvm -mcpu=skylake-avx512"
+    _skip_unless_runnable(target)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((m, xs[1], 1, 1)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    got, point = _dense(x, w, b, (1, 1), (0, 0, 0, 0), target)
+    assert (point["tile_oc"], point["tile_oh"], point["tile_ow"]) == expect
+    np.testing.assert_allclose(got, conv2d_ref(x, w, b), **TOL)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        pytest.param({"tile_oc": 1, "tile_oh": 2, "tile_ow": 14}, id="rows-2x14"),
+        pytest.param({"tile_oc": 3, "tile_oh": 1, "tile_ow": 7}, id="3x7"),
+        pytest.param({"tile_oc": 5, "tile_oh": 1, "tile_ow": 4}, id="5x4"),
+        pytest.param({"tile_oc": 7, "tile_oh": 1, "tile_ow": 3}, id="7x3"),
+        pytest.param({"tile_oc": 1, "tile_oh": 3, "tile_ow": 7}, id="rows-3x7"),
+        pytest.param({"tile_oc": 3, "tile_oh": 1, "tile_ow": 3}, id="3x3-fits-avx2"),
+        pytest.param({"tile_oc": 1, "tile_oh": 2, "tile_ow": 5}, id="rows-2x5-fits-avx2"),
+        pytest.param({"tile_oc": 5, "tile_oh": 1, "tile_ow": 1}, id="5x1-fits-avx2"),
+    ],
+)
+def test_register_blocks_no_extent_divides_match_float64(rng, target, knobs):
+    """Register blocks of several channel blocks or rows where neither the channel blocks (5 or
+    6 of them), the rows (9) nor the columns (17) divide by the block: the tails compute the
+    same as float64. 3x3, stride 1, asymmetric padding. Points too large for a target's
+    registers are skipped (the space refuses them; checked by the knob-space tests)."""
+    from ember.errors import InvalidConfig
+
+    _skip_unless_runnable(target)
+    lanes = Target(target).vector_lanes(32)
+    m = 5 * lanes - 3
+    x = rng.standard_normal((1, 2 * lanes + 3, 9, 17)).astype(np.float32)
+    w = rng.standard_normal((m, x.shape[1], 3, 3)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    try:
+        got, _ = _dense(x, w, b, (1, 1), (1, 0, 1, 2), target, knobs)
+    except InvalidConfig:
+        pytest.skip(f"{knobs} does not fit {target}'s vector registers")
+    np.testing.assert_allclose(got, conv2d_ref(x, w, b, (1, 1), (1, 0, 1, 2)), **TOL)
