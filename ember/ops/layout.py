@@ -31,6 +31,11 @@ class Layout(Protocol):
         ``dtype`` operands run on, or None (CUDA-core or CPU code)."""
         ...
 
+    def tc_split_k(self, batch: int, mp: int, np_: int, kp: int) -> int:
+        """Parts (1 for none) a tensor-core product of ``batch`` x ``mp`` x ``np_`` padded
+        outputs splits its padded reduction ``kp`` into (each a multiple of 32 long)."""
+        ...
+
     def packs_batched_gemm(self) -> bool:
         """Whether a batch of float32 products of two computed operands (equal batch shapes, as in
         attention) runs on the packed GEMM, each right operand packed by a stage of its own."""
@@ -62,6 +67,10 @@ class CPULayout:
     def matrix_intrinsic(self, dtype: str) -> MatrixIntrinsic | None:
         """None: the CPU has no warp-level matrix instructions."""
         return None
+
+    def tc_split_k(self, batch: int, mp: int, np_: int, kp: int) -> int:
+        """1: the CPU has no tensor cores."""
+        return 1
 
     def packs_batched_gemm(self) -> bool:
         """False: the CPU computes batched products of computed operands as plain reductions."""

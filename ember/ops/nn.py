@@ -63,10 +63,11 @@ def matmul_tensor(a: Tensor, b: Tensor, name: str = "matmul", strategy: Layout |
             return a[tuple(li) + (m, kk)]
 
         if len(sb) == 2:
-            return tensorcore_product(a_at, lambda kk, n: b[kk, n], lead, M, N, K, dtype_of(a), intrin, name)
+            return tensorcore_product(a_at, lambda kk, n: b[kk, n], lead, M, N, K, dtype_of(a), intrin, name,
+                                      layout=strategy)
         if tuple(eb[:-2]) == tuple(lead):  # a batch of products (attention), no broadcasting
             cacc = tensorcore_accumulator(a_at, lambda li, kk, n: b[tuple(li) + (kk, n)], lead, M, N, K,
-                                          dtype_of(a), intrin, name, b_batched=True)
+                                          dtype_of(a), intrin, name, b_batched=True, layout=strategy)
             return compute(lead + (M, N), lambda *i: cast(cacc[i], dtype_of(a)), name=uname(name + "_round"))
     k = te.reduce_axis((0, K), name="k")
     nb = len(batch)
@@ -113,7 +114,7 @@ def _tc_pad(n: int) -> int:
 
 def tensorcore_accumulator(
     a_at: Any, b_at: Any, lead: tuple[int, ...], M: int, N: int, K: int, dt: str, intrin: Any, name: str,
-    b_rows_are_n: bool = False, a_batched: bool = True, b_batched: bool = False,
+    b_rows_are_n: bool = False, a_batched: bool = True, b_batched: bool = False, layout: Layout | None = None,
 ) -> Tensor:
     """``acc[*lead, m, n] = sum_k a_at(li, m, k) * b_at(li, k, n)`` (``li``: the ``lead``
     indices; an operand that is not ``*_batched`` ignores them) accumulated in the matrix
@@ -122,7 +123,12 @@ def tensorcore_accumulator(
     so that the schedule (:func:`ember.strategy.tensorcore.schedule_tensorcore`) needs no guard
     inside a tile. Tag ``"tc_gemm"``. A view that reads no batch index is flagged
     ``constant_layout`` (folded at compile time when its source is a constant).
-    ``b_rows_are_n`` stores ``B``'s view as ``N x K`` (when its source is ``N x K``)."""
+    ``b_rows_are_n`` stores ``B``'s view as ``N x K`` (when its source is ``N x K``).
+
+    Split-K: when ``layout.tc_split_k`` asks for ``parts > 1`` (a product with few output tiles
+    and a long ``K``), the accumulator has a leading axis of ``parts``, each summing its slice of
+    ``K`` on its own blocks; a stage stores each part (a float32 workspace) and the returned
+    injective stage adds them, inlined into the readers (which round and add the epilogue)."""
     Mp, Np, Kp = _tc_pad(M), _tc_pad(N), -(-K // TC_K_CHUNK) * TC_K_CHUNK
     zero = const_like(0, dt)
     acc = intrin.acc_dtype
@@ -146,32 +152,51 @@ def tensorcore_accumulator(
     else:
         bp = compute(b_lead + (Kp, Np), lambda *i: inside(b_at(i[:-2], i[-2], i[-1]), i[-1], N, Np, i[-2]),
                      name=uname(name + "_b"), constant_layout=not b_batched)
-    k = te.reduce_axis((0, Kp), name="k")
+    parts = layout.tc_split_k(int(np.prod(lead)) if lead else 1, Mp, Np, Kp) if layout is not None else 1
+    if parts < 1 or Kp % (parts * TC_K_CHUNK):
+        parts = 1
+    chunk = Kp // parts
+    k = te.reduce_axis((0, chunk), name="k")
+    sp = 1 if parts > 1 else 0  # the leading parts axis, when split
 
     def body(*i: Any) -> Any:
-        li = i[:nl]
-        av = ap[(li if a_batched else ()) + (i[-2], k.var)]
+        li = i[sp:sp + nl]
+        kk = i[0] * chunk + k.var if sp else k.var
+        av = ap[(li if a_batched else ()) + (i[-2], kk)]
         bi = li if b_batched else ()
-        bv = bp[bi + (i[-1], k.var)] if b_rows_are_n else bp[bi + (k.var, i[-1])]
+        bv = bp[bi + (i[-1], kk)] if b_rows_are_n else bp[bi + (kk, i[-1])]
         return te.sum(cast(av, acc) * cast(bv, acc), axis=k)
 
-    return compute(lead + (Mp, Np), body, name=uname(name + "_tc"), tag="tc_gemm", attrs={"intrin": intrin.name})
+    dom = ((parts,) if sp else ()) + lead + (Mp, Np)
+    cacc = compute(dom, body, name=uname(name + "_tc"), tag="tc_gemm", attrs={"intrin": intrin.name, "split_k": parts})
+    if not sp:
+        return cacc
+    stored = compute(dom, lambda *i: cacc[i], name=uname(name + "_tcpart"), workspace=True)
+
+    def total(*i: Any) -> Any:
+        v = stored[(0,) + i]
+        for p in range(1, parts):
+            v = v + stored[(p,) + i]
+        return v
+
+    return compute(lead + (Mp, Np), total, name=uname(name + "_tcsum"))
 
 
 def tensorcore_product(
     a_at: Any, b_at: Any, lead: tuple[int, ...], M: int, N: int, K: int, dt: str, intrin: Any, name: str,
-    b_rows_are_n: bool = False,
+    b_rows_are_n: bool = False, layout: Layout | None = None,
 ) -> Tensor:
     """``out[*lead, m, n] = sum_k a_at(lead, m, k) * b_at(k, n)`` in ``dt`` on ``intrin``
-    (float32 accumulation, one rounding): :func:`tensorcore_accumulator` viewed at ``M x N``."""
+    (float32 accumulation, one rounding): :func:`tensorcore_accumulator` viewed at ``M x N``
+    (split along ``K`` where ``layout`` says)."""
     cacc = tensorcore_accumulator(a_at, lambda li, kk, n: b_at(kk, n), lead, M, N, K, dt, intrin, name,
-                                  b_rows_are_n=b_rows_are_n)
+                                  b_rows_are_n=b_rows_are_n, layout=layout)
     return compute(lead + (M, N), lambda *i: cast(cacc[i], dt), name=uname(name + "_round"))
 
 
 def _conv2d_tensorcore(
     x: Tensor, w: Tensor, bias: Tensor | None, strides: list[int], dil: list[int], lo: list[int],
-    out_sp: tuple[int, ...], intrin: Any,
+    out_sp: tuple[int, ...], intrin: Any, layout: Layout | None = None,
 ) -> Tensor:
     """2-D convolution as an implicit GEMM on the matrix instruction ``intrin``: ``W`` viewed as
     ``M x (C KH KW)`` (a constant: padded at compile time) times the im2col view of ``X``
@@ -195,7 +220,7 @@ def _conv2d_tensorcore(
         return te.if_then_else(ok, x[li[0], c, ih, iw], const_like(0, dt))
 
     cacc = tensorcore_accumulator(w_at, x_at, (B,), M, OH * OW, C * taps, dt, intrin, "conv", a_batched=False,
-                                  b_batched=True)
+                                  b_batched=True, layout=layout)
 
     def view(b: Any, m: Any, oh: Any, ow: Any) -> Any:
         v = cast(cacc[b, m, oh * OW + ow], dt)
@@ -381,7 +406,7 @@ def gemm(ctx: OpContext, a: Tensor, b: Tensor, c: Tensor | None = None) -> Tenso
     if intrin is not None and K >= 16 and N >= 16 and M * N >= 256:
         mm = tensorcore_product(lambda li, i, kk: a[kk, i] if ta else a[i, kk],
                                 lambda kk, j: b[j, kk] if tb else b[kk, j], (), M, N, K, dt, intrin, "gemm",
-                                b_rows_are_n=bool(tb))
+                                b_rows_are_n=bool(tb), layout=ctx.strategy)
     elif dt == dtype_of(b) == "float32" and K >= 16 and N >= 16 and M * N >= 256:
         a2 = compute((M, K), lambda i, kk: a[kk, i], name=uname("gemm_at")) if ta else a
         b2 = compute((K, N), lambda kk, j: b[j, kk], name=uname("gemm_bt")) if tb else b
@@ -478,7 +503,7 @@ def conv_tensor(
     out_sp = tuple((sx[2 + d] + lo[d] + hi[d] - ((ksp[d] - 1) * dil[d] + 1)) // strides[d] + 1 for d in range(nsp))
     intrin = (strategy or host_layout()).matrix_intrinsic(dtype_of(x)) if dtype_of(x) == dtype_of(w) else None
     if intrin is not None and nsp == 2 and groups == 1 and M >= 16 and Cg * int(np.prod(ksp)) >= 16:
-        return _conv2d_tensorcore(x, w, bias, strides, dil, lo, out_sp, intrin)
+        return _conv2d_tensorcore(x, w, bias, strides, dil, lo, out_sp, intrin, strategy)
     if nsp == 2 and groups == 1 and dtype_of(x) == "float32" and dtype_of(w) == "float32":
         return _conv2d_packed(x, w, bias, strides, dil, lo, out_sp, strategy or host_layout())
     if nsp == 2 and groups == 1 and intrin is None and dtype_of(x) == dtype_of(w) in ("float16", "bfloat16"):

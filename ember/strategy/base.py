@@ -75,6 +75,11 @@ class Strategy(ABC):
         inlined. ``config`` (a point of :meth:`space` of the same outputs) sets the tunable
         stage's knobs; without it the space's default point is used."""
 
+    def tc_split_k(self, batch: int, mp: int, np_: int, kp: int) -> int:
+        """Parts a tensor-core product's reduction is split into (:class:`ember.ops.layout.Layout`);
+        1 unless a subclass says otherwise."""
+        return 1
+
     def packs_batched_gemm(self) -> bool:
         """Whether a batch of float32 products of two computed operands runs on the packed GEMM
         (:class:`ember.ops.layout.Layout`); False unless a subclass says otherwise."""

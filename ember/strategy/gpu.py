@@ -52,7 +52,7 @@ from ..te.tensor import IterKind, IterVar, Range
 from ..te.tensor_intrin import INTRINSICS, MatrixIntrinsic
 from .base import Strategy, extent, first_tagged
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
-from .tensorcore import reads_as_matrix, schedule_tensorcore, tile_for_domain
+from .tensorcore import reads_as_matrix, schedule_tensorcore, tc_split_k, tile_for_domain
 
 THREADS = 256
 #: Targets already told that their float16 products cannot use a matrix unit (said once each).
@@ -117,6 +117,10 @@ class GPUStrategy(Strategy):
         """The knob space of the first packed GEMM stage of the kernel computing ``outs``."""
         op = first_tagged(outs, "conv_packed")
         return packed_gemm_space(op, self.target) if op is not None else None
+
+    def tc_split_k(self, batch: int, mp: int, np_: int, kp: int) -> int:
+        """:func:`ember.strategy.tensorcore.tc_split_k`."""
+        return tc_split_k(batch, mp, np_, kp)
 
     def packs_batched_gemm(self) -> bool:
         """True: a batch of float32 products of two computed operands (attention's ``Q Kᵀ`` and

@@ -120,6 +120,38 @@ def tile_for_domain(acc: te.Tensor, intrin: MatrixIntrinsic, min_blocks: int = M
     return TCTile(bm, bn, 64 if kp % 64 == 0 else 32, wm, wn, base.stages)
 
 
+#: Split-K of tensor-core products (:func:`tc_split_k`): only a reduction of at least
+#: TC_SPLIT_MIN_K (padded) is split, into at most TC_MAX_SPLIT parts of at least TC_PART_CHUNKS
+#: chunks of 64 each.
+TC_SPLIT_MIN_K = 2048
+TC_MAX_SPLIT = 24
+TC_PART_CHUNKS = 4
+
+
+def tc_split_k(batch: int, mp: int, np_: int, kp: int, min_blocks: int = MIN_TC_BLOCKS) -> int:
+    """Parts to split a tensor-core product's padded reduction ``kp`` into: 1 unless 64 x 64
+    blocks over its ``batch`` x ``mp`` x ``np_`` outputs fall short of ``min_blocks`` and ``kp``
+    is at least :data:`TC_SPLIT_MIN_K`; then the fewest parts (dividing ``kp / 64``, each at
+    least :data:`TC_PART_CHUNKS` chunks) that launch ``min_blocks`` blocks of 64 x 64, or the
+    most such parts. BERT-base's 128 x 768 x 3072 product gets 6 parts (144 blocks instead of
+    192 blocks of 16 x 32 each looping over all of K); a late ResNet layer at batch 1 (512 x 49
+    outputs, K = 4608) 18."""
+    blocks = batch * max(1, mp // 64) * max(1, np_ // 64)
+    if blocks >= min_blocks or kp < TC_SPLIT_MIN_K or kp % 64:
+        return 1
+    chunks = kp // 64
+    best = 1
+    for parts in range(2, TC_MAX_SPLIT + 1):
+        if chunks % parts:
+            continue
+        if chunks // parts < TC_PART_CHUNKS:
+            break
+        best = parts
+        if blocks * parts >= min_blocks:
+            break
+    return best
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b) * b
 

@@ -119,3 +119,44 @@ def test_split_k_product_computes_the_same_values() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # float32 sums in another order
     with pytest.raises(ValueError, match="do not divide"):
         split_k_product(prod, 5)
+
+
+@pytest.mark.parametrize("shape, parts", [
+    ((1, 128, 768, 3072), 6),    # BERT-base FFN out in float16
+    ((1, 512, 64, 4608), 18),    # ResNet-50 layer 4, 3 x 3, batch 1
+    ((1, 128, 768, 768), 1),     # K too short to split
+    ((32, 512, 64, 4608), 1),    # batch 32 fills the GPU already
+])
+def test_tensorcore_split_k(shape: tuple[int, int, int, int], parts: int) -> None:
+    from ember.strategy.tensorcore import tc_split_k
+
+    assert tc_split_k(*shape) == parts
+
+
+class _Split:
+    """A layout asking for a fixed number of tensor-core split-K parts."""
+
+    def __init__(self, parts: int) -> None:
+        self.parts = parts
+
+    def tc_split_k(self, batch: int, mp: int, np_: int, kp: int) -> int:
+        return self.parts
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_split_tensorcore_accumulator_computes_the_same_product(parts: int) -> None:
+    from ember.ops.nn import tensorcore_accumulator
+    from ember.te.reference import evaluate
+
+    rng = np.random.default_rng(5)
+    lead, m, n, k = (2,), 19, 40, 150  # padded to 32 x 64 x 192: 6 chunks of 32
+    a = te.placeholder(lead + (m, k), "float16", name="a")
+    b = te.placeholder((k, n), "float16", name="b")
+    acc = tensorcore_accumulator(lambda li, i, kk: a[tuple(li) + (i, kk)], lambda li, kk, j: b[kk, j], lead, m, n, k,
+                                 "float16", lookup("mma.m16n8k16.f16"), "mm", layout=_Split(parts))
+    av = rng.standard_normal(lead + (m, k)).astype(np.float16)
+    bv = rng.standard_normal((k, n)).astype(np.float16)
+    (got,) = evaluate([acc], {a: av, b: bv})
+    want = av.astype(np.float64) @ bv.astype(np.float64)
+    # float32 accumulation of float16 products, parts added in another order: float32 rounding
+    np.testing.assert_allclose(got[:, :m, :n], want, rtol=1e-5, atol=1e-4)
