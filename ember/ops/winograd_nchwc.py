@@ -22,15 +22,18 @@ direct convolution takes them):
   ob / nr)``). Flagged ``constant_layout``: with constant weights the model compiler computes it
   at compile time (:func:`ember.model.group_lowering._fold_constant_stages`), as it packs GEMM
   panels.
-* ``nchwc_pad`` — the input padded by the convolution's ``pads`` and up to whole tiles (``TH * m
-  + 2`` rows, ``TW * m + 2`` columns, zeros), a workspace, so the transform reads no bounds.
-* ``winograd_in`` — ``V[t, p, c] = (B^T d_p B)[t]`` for tile ``p = (n, th, tw)`` and input
-  channel ``c``, ``[a*a, P, CB*ib]`` (a workspace; ``P = N * TH * TW``, ``TH = ceil(OH / m)``).
-* ``winograd_gemm`` — ``M[t, p, k] = sum_c V[t, p, c] U[t, k // nr, c, k % nr]``, ``[a*a, P,
-  KP*nr]`` (a workspace; ``attrs`` ``nr`` and ``K`` as a packed GEMM's, so the CPU strategy
-  schedules it with the packed GEMM's register tiles).
-* ``winograd_out`` — ``Y[n, kb, oh, ow, ki] = (A^T M_p A)[oh % m, ow % m]`` at ``k = kb * ob +
-  ki``, ``[N, MB, OH, OW, ob]``; then the bias. Both are injective, so the fusion pass puts the
+* ``winograd_in1``/``winograd_in`` — the input transform ``V[p, t, c] = (B^T d_p B)[t]`` for
+  tile ``p = (n, th, tw)`` and input channel ``c``, ``[P, a*a, CB*ib]`` (a workspace; ``P = N *
+  TH * TW``, ``TH = ceil(OH / m)``), in two halves (``B^T d``, then ``(B^T d) B``). The tile is
+  read in place (:func:`ember.ops.conv_nchwc.masked_read`): rows and columns outside the image
+  — the padding and the part of a last tile past the output — read exactly zero.
+* ``winograd_gemm`` — ``M[p, t, k] = sum_c V[p, t, c] U[t, k // nr, c, k % nr]``, ``[P, a*a,
+  KP*nr]`` (a workspace; ``attrs`` ``nr``, ``K``, ``tile`` and the output shape ``out``). Tiles
+  outermost in both buffers, so that one tile's ``a*a`` points are near each other for the
+  transforms (points outermost, 36 rows a power of two apart, conflicted in the caches).
+* ``winograd_out1``/``winograd_out`` — the output transform ``Y[n, kb, oh, ow, ki] = (A^T M_p
+  A)[oh % m, ow % m]`` at ``k = kb * ob + ki``, ``[N, MB, OH, OW, ob]``, in two halves; then the
+  bias. Both are injective, so the fusion pass puts the
   convolution's consumers (residual add, ReLU, Clip) after them and the CPU strategy computes the
   whole epilogue in the one store of each output tile (:mod:`ember.strategy.cpu_winograd`).
 
@@ -53,7 +56,7 @@ from typing import Any
 from .. import te
 from ..ir import expr as E
 from ..te import Tensor
-from .conv_nchwc import _geometry
+from .conv_nchwc import _geometry, masked_read
 from .registry import OpContext, register
 from .util import cast, compute, const_like, dtype_of, shape, uname
 
@@ -150,24 +153,6 @@ def winograd_geometry(h: int, w: int, lo: list[int], hi: list[int], m: int) -> t
     return oh, ow, -(-oh // m), -(-ow // m)
 
 
-def _tile_padded(x: Tensor, lo: list[int], rows: int, cols: int) -> Tensor:
-    """``x`` (``[N, CB, H, W, b]``) shifted by ``lo`` into a zero ``rows x cols`` frame (a
-    workspace stage tagged ``nchwc_pad``); ``x`` itself when that is its own shape."""
-    n_, cb, h, w, b = shape(x)
-    if not any(lo) and rows == h and cols == w:
-        return x
-    dt = dtype_of(x)
-
-    def body(n: Any, c: Any, i: Any, j: Any, k: Any) -> Any:
-        ok = (i >= lo[0]) & (i < h + lo[0]) & (j >= lo[1]) & (j < w + lo[1])
-        ii = E.min_expr(E.max_expr(i - lo[0], 0), h - 1)
-        jj = E.min_expr(E.max_expr(j - lo[1], 0), w - 1)
-        return te.if_then_else(ok, x[n, c, ii, jj, k], const_like(0, dt))
-
-    return compute((n_, cb, rows, cols, b), body, name=uname("nchwc_pad"), tag="nchwc_pad", constant_layout=True,
-                   workspace=True)
-
-
 def weight_transform(w: Tensor, m: int, nr: int) -> Tensor:
     """``U = G g G^T`` of blocked 3x3 weights ``w`` (``[MB, CB, 3, 3, ib, ob]``) for F(m, 3):
     ``[a*a, KP, CB*ib, nr]`` float32 (``KP = ceil(MB*ob / nr)``, zero beyond the blocked output
@@ -234,22 +219,35 @@ def winograd_conv_nchwc(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None =
     a = m + 2
     bt, _, at = transform_matrices(m)
     th_, tw_ = -(-oh_ // m), -(-ow_ // m)
-    ntiles = n_ * th_ * tw_
+    # The tile count padded to a multiple of the register tile's rows the policy chose
+    # (attribute ``tile_rows``), so that the GEMM has no partial row tile; the padded rows
+    # repeat the last tile and are never read back.
+    rows = int(ctx.attr("tile_rows", 1))
+    if rows < 1:
+        raise ctx.fail(f"tile_rows={rows}: the GEMM's register tile needs at least one row")
+    real_tiles = n_ * th_ * tw_
+    fused = bool(int(ctx.attr("fused", 0)))
+    if fused and rows != 1:
+        raise ctx.fail("fused=1 computes one row of tiles at a time: it takes no tile_rows")
+    ntiles = -(-real_tiles // rows) * rows
     cp = cb * ib
     dt = "float32"
 
     u = weight_transform(w, m, nr)
     kp = shape(u)[1]
-    xp = _tile_padded(x, lo, th_ * m + 2, tw_ * m + 2)
 
     def tile_of(p: Any) -> tuple[Any, Any, Any]:
+        if ntiles != real_tiles:
+            p = E.min_expr(p, real_tiles - 1)
         n, rest = E.floordiv(p, th_ * tw_), E.floormod(p, th_ * tw_)
         return n, E.floordiv(rest, tw_) * m, E.floormod(rest, tw_) * m
 
     def in_rows(xi: Any, j: Any, p: Any, c: Any) -> Any:  # (B^T d)[xi, j]
         n, i0, j0 = tile_of(p)
         cbi, ci = E.floordiv(c, ib), E.floormod(c, ib)
-        return _rows_applied(xi, bt, lambda i: xp[n, cbi, i0 + i, j0 + j, ci], dt)
+        # read in place: the tile's rows and columns past the image (padding, partial last
+        # tiles) read zero
+        return _rows_applied(xi, bt, lambda i: masked_read(x, n, cbi, i0 + i - lo[0], j0 + j - lo[1], ci), dt)
 
     t1 = compute((a, a, ntiles, cp), in_rows, name=uname("winograd_in1"), tag="winograd_in1", materialize=True)
 
@@ -257,13 +255,14 @@ def winograd_conv_nchwc(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None =
         xi, nu = E.floordiv(t, a), E.floormod(t, a)
         return _rows_applied(nu, bt, lambda j: t1[xi, j, p, c], dt)
 
-    v = compute((ntiles, a * a, cp), vin, name=uname("winograd_in"), tag="winograd_in", workspace=True,
-                attrs={"tile": m, "block": ib})
+    v = compute((ntiles, a * a, cp), vin, name=uname("winograd_in"), tag="winograd_in", workspace=not fused,
+                materialize=True, attrs={"tile": m, "block": ib, "fused": int(fused)})
     rc = te.reduce_axis((0, cp), name="rc")
     mm = compute((ntiles, a * a, kp * nr),
                  lambda p, t, k: te.sum(v[p, t, rc.var] * u[t, E.floordiv(k, nr), rc.var, E.floormod(k, nr)], axis=rc),
-                 name=uname("winograd_gemm"), tag="winograd_gemm", workspace=True,
-                 attrs={"nr": nr, "K": cp, "tile": m, "out": (n_, mb, oh_, ow_, ob)})
+                 name=uname("winograd_gemm"), tag="winograd_gemm", workspace=not fused, materialize=True,
+                 attrs={"nr": nr, "K": cp, "tile": m, "out": (n_, mb, oh_, ow_, ob), "fused": int(fused),
+                        "tiles_per_row": tw_})
 
     def out_rows(r: Any, nu: Any, p: Any, k: Any) -> Any:  # (A^T M)[r, nu]
         return _rows_applied(r, at, lambda xi: mm[p, xi * a + nu, k], dt)

@@ -20,16 +20,27 @@ where a node that is not placed (pooling, reshape, a grouped convolution) reads 
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..ops.conv_nchwc import CONV_NCHWC, DEPTHWISE_NCHWC, GLOBAL_POOL_NCHWC
+from ..ops.layout import CPULayout
 from ..ops.layout_transform import LayoutSite, NodeLayouts, ValueLayout
 from ..ops.winograd_nchwc import WINOGRAD_NCHWC
 from ..target import Target
+from .cpu_winograd import row_tile_rows, winograd_tile_rows
 
 #: Winograd is chosen for 3x3 stride-1 convolutions with at least this many input and output
 #: channels (see :meth:`CPULayoutPolicy.use_winograd`).
-WINOGRAD_MIN_CHANNELS = 64
+WINOGRAD_MIN_CHANNELS = 16
 #: ... and at least this many output tiles of 4 x 4 per image.
 WINOGRAD_MIN_TILES = 9
+#: Transformed weights up to this size run row by row (``fused=1``, see
+#: :meth:`CPULayoutPolicy.winograd_attrs`).
+WINOGRAD_ROW_BY_ROW_BYTES = 1 << 20
+
+
+def _round_up(n: int, block: int) -> int:
+    return -(-n // block) * block
 
 
 class CPULayoutPolicy:
@@ -62,6 +73,22 @@ class CPULayoutPolicy:
             return None
         return 4
 
+    def winograd_attrs(self, site: LayoutSite, tile: int) -> dict[str, Any]:
+        """The attributes of the ``ember.WinogradConvNCHWc`` replacing the ``Conv`` at ``site``:
+        its own, the tile ``m`` and the GEMM's register-tile rows (:func:`winograd_tile_rows`:
+        the operator pads the tile count to a multiple of them)."""
+        x, y = site.inputs[0], site.outputs[0]
+        assert x is not None
+        w = site.inputs[1]
+        assert w is not None
+        tiles_per_row = -(-y.shape[3] // tile)
+        tiles = x.shape[0] * -(-y.shape[2] // tile) * tiles_per_row
+        nr = CPULayout(self.target).gemm_panel_width("float32")
+        u_bytes = (tile + 2) ** 2 * _round_up(x.shape[1], self.block) * _round_up(w.shape[0], nr) * 4
+        if u_bytes <= WINOGRAD_ROW_BY_ROW_BYTES and row_tile_rows(tiles_per_row, nr, self.target) is not None:
+            return dict(site.attrs, tile=tile, fused=1)
+        return dict(site.attrs, tile=tile, tile_rows=winograd_tile_rows(tiles, nr, self.target))
+
     def layouts(self, site: LayoutSite) -> NodeLayouts | None:
         """``NodeLayouts`` placing a float32 2-D Conv with constant weights (``group == 1``, or
         depthwise with one filter per channel) and a float32 4-D global average or max pooling
@@ -90,7 +117,7 @@ class CPULayoutPolicy:
             ins = [ValueLayout.of("NCHW", f"NCHW{ib}c"), ValueLayout.of("OIHW", f"OIHW{ib}i{xb}o")]
             tile = self.use_winograd(site)
             if tile is not None:
-                return NodeLayouts(ins + bias, out, op=WINOGRAD_NCHWC, attrs=dict(site.attrs, tile=tile))
+                return NodeLayouts(ins + bias, out, op=WINOGRAD_NCHWC, attrs=self.winograd_attrs(site, tile))
             return NodeLayouts(ins + bias, out, op=CONV_NCHWC, attrs=dict(site.attrs))
         if group == c == m and w.shape[1] == 1:
             ins = [ValueLayout.of("NCHW", f"NCHW{xb}c"), ValueLayout.of("OIHW", f"OIHW{xb}o")]

@@ -38,6 +38,7 @@ from .cpu_gemm import (
 from .space import ConfigEntity, ConfigSpace
 
 if TYPE_CHECKING:
+    from ..target import Target
     from .cpu import CPUStrategy
 
 #: The tags of the Winograd stages this module schedules (:func:`schedule_winograd`).
@@ -55,10 +56,86 @@ def schedule_winograd(
     op = stage.op
     if stage.attach != "root" or op.tag in ("winograd_in1", "winograd_out1"):
         return
-    if op.tag == "winograd_in":
+    fused = bool(op.attrs and op.attrs.get("fused"))
+    if op.tag == "winograd_in" and not fused:
         schedule_winograd_input(s, stage, parallel)
     elif op.tag == "winograd_gemm" and parallel:
+        if fused:
+            schedule_winograd_fused(s, stage, strategy, handled)
+        else:
+            schedule_winograd_gemm(s, stage, strategy, None, handled)
+
+
+def schedule_winograd_fused(s: te.Schedule, stage: te.Stage, strategy: CPUStrategy, handled: set[int]) -> None:
+    """Row by row: for each row of output tiles (in parallel), the input transform of the row's
+    tiles, their GEMM for every point and the output transform with the epilogue, so the
+    transformed input and the products of one row (``TW x a*a x C`` and ``x K`` floats) stay in
+    the core's cache instead of going through memory."""
+    op = stage.op
+    m = int(op.attrs["tile"])
+    nr = int(op.attrs["nr"])
+    tw = int(op.attrs["tiles_per_row"])
+    half = next((c for c in s.consumers(s[op]) if getattr(c.op, "tag", "") == "winograd_out1"), None)
+    store = _blocked_store(s, half, [int(v) for v in op.attrs["out"]]) if half is not None else None
+    if store is None:
         schedule_winograd_gemm(s, stage, strategy, None, handled)
+        return
+    if store.attach == "inline":
+        store.compute_root()
+    n, o, oh, ow, k = store.op.axis
+    ho, hi = store.split(oh, factor=m)
+    wo, wi = store.split(ow, factor=m)
+    store.reorder(n, ho, o, wo, hi, wi, k)
+    row = store.fuse(n, ho)
+    store.parallel(row)
+    store.unroll(hi)
+    store.unroll(wi)
+    store.vectorize(k)
+    h = s[half.op]
+    h.set_scope("local")
+    h.compute_at(store, wo)
+    r, nu, _, hk = h.op.axis
+    h.unroll(r)
+    h.unroll(nu)
+    h.vectorize(hk)
+    # the GEMM of the row's tiles
+    out = op.output(0)
+    cache = s.cache_write(out, "local")
+    acc = s[cache[0] if isinstance(cache, list) else cache]
+    st = s[out]
+    st.compute_at(store, row)
+    p, t, kk = st.op.axis
+    mr = row_tile_rows(tw, nr, strategy.target) or tw
+    po, pi = st.split(p, factor=mr)
+    ko, ki = st.split(kk, factor=nr)
+    st.reorder(t, po, ko, pi, ki)
+    st.vectorize(ki)
+    acc.compute_at(st, ko)
+    ap, at_, ak = acc.op.axis
+    (rc,) = acc.op.reduce_axis
+    acc.reorder(rc, ap, at_, ak)
+    acc.unroll(ap)
+    acc.vectorize(ak)
+    # the input transform of the row's tiles
+    vt = _producer(op, "winograd_in")
+    if vt is not None:
+        v = s[vt.op]
+        v.compute_at(store, row)
+        vp, vtt, vc = v.op.axis
+        co, ci = v.split(vc, factor=int(vt.op.attrs["block"]))
+        v.reorder(vp, co, vtt, ci)
+        v.unroll(vtt)
+        v.vectorize(ci)
+        half_in = _producer(vt.op, "winograd_in1")
+        if half_in is not None:
+            h1 = s[half_in.op]
+            h1.set_scope("local")
+            h1.compute_at(v, co)
+            xi, j, _, hc = h1.op.axis
+            h1.unroll(xi)
+            h1.unroll(j)
+            h1.vectorize(hc)
+    handled.add(id(store.op))
 
 
 def winograd_gemm_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
@@ -95,6 +172,43 @@ def winograd_gemm_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
 def _producer(op: te.Operation, tag: str) -> te.Tensor | None:
     """The tensor that ``op`` reads whose operation has tag ``tag``, or None."""
     return next((t for t in op.input_tensors if getattr(t.op, "tag", "") == tag), None)
+
+
+def vector_registers(target: Target) -> int:
+    """Vector registers of ``target``'s ISA: 32 with AVX-512 or on AArch64, else 16 (as
+    :attr:`ember.strategy.cpu.CPUStrategy.vector_registers`, for the layout policy, which
+    cannot import the strategy)."""
+    feats = target.features
+    return 32 if "avx512f" in feats or "neon" in feats else 16
+
+
+def winograd_tile_rows(tiles: int, nr: int, target: Target) -> int:
+    """The register-tile height (output tiles per ``mr x nr`` register tile) of a Winograd GEMM
+    over ``tiles`` output tiles on ``target``, by the packed GEMM's cycle model with the tile
+    count padded to a multiple of the height (``ceil(tiles / mr) * (max(mr, FMA_CHAINS) +
+    TILE_OVERHEAD)``; ties to the taller tile): the layout policy passes it to the operator
+    (attribute ``tile_rows``), which pads the tile count to a multiple of it. 49 tiles (28 x
+    28): 10 on AVX-512 (50 rows), 6 on AVX2 (54 rows)."""
+    lanes = max(1, target.vector_lanes(32))
+    vecs = -(-nr // lanes)
+    nregs = vector_registers(target)
+    fits = [mr for mr in MR_VALUES if mr * vecs + vecs + 1 <= nregs]
+    if tiles < FMA_CHAINS:
+        return max(1, min(tiles, max(fits)))
+    return min(fits, key=lambda mr: (-(-tiles // mr) * (max(mr, FMA_CHAINS) + TILE_OVERHEAD), -mr))
+
+
+def row_tile_rows(tiles_per_row: int, nr: int, target: Target) -> int | None:
+    """The register-tile height of the row-by-row schedule (:func:`schedule_winograd_fused`):
+    the best height by the packed GEMM's cycle model among those of at least ``FMA_CHAINS``
+    that divide the tiles of one row and fit ``target``'s registers; None when none does."""
+    lanes = max(1, target.vector_lanes(32))
+    vecs = -(-nr // lanes)
+    fits = [mr for mr in MR_VALUES if mr >= FMA_CHAINS and mr * vecs + vecs + 1 <= vector_registers(target)
+            and tiles_per_row % mr == 0]
+    if not fits:
+        return None
+    return min(fits, key=lambda mr: (tiles_per_row // mr * (max(mr, FMA_CHAINS) + TILE_OVERHEAD), -mr))
 
 
 def tile_rows_dividing(rows: int, nr: int, strategy: CPUStrategy) -> int | None:

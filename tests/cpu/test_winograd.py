@@ -8,9 +8,9 @@ places them.
   bias; the padding channels of the result must come out zero (the layout pass's invariant).
   Weights are run-time inputs here, so the weight transform runs in the kernel.
 * Whole models through ``ember.compile`` (weights transformed at compile time): two 64-channel
-  3x3 convolutions with bias, ReLU, a residual add and ReLU — one store in the blocked layout,
-  one through the layout transform back to NCHW — at 9 x 10 pixels (a partial last tile), batch
-  2, against float64; the policy's choices.
+  3x3 convolutions with bias, a residual add and ReLU — one row by row, stored in the blocked
+  layout, one over all tiles at once, stored through the layout transform back to NCHW — at 13 x
+  13 pixels (partial last tiles), batch 2, against float64; the policy's choices.
 * ``-mcpu=haswell`` (8-lane blocks, AVX2) runs against float64 and its code holds no AVX-512;
   AArch64 code is compile-checked (NEON ``fmla``).
 
@@ -41,6 +41,7 @@ from ember.ops.registry import OpContext, OpError, call
 from ember.ops.winograd_nchwc import WINOGRAD_NCHWC, transform_matrices
 from ember.strategy.cpu import CPUStrategy
 from ember.strategy.cpu_layout import CPULayoutPolicy
+from ember.strategy.cpu_winograd import winograd_tile_rows
 from ember.target import Target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -86,15 +87,19 @@ def _run(op: str, arrays: list[np.ndarray], attrs: dict, target: str = "llvm") -
 
 
 # (N, C, H, W), M, pads (t, l, b, r), tile, bias
+# (N, C, H, W), M, pads (t, l, b, r), tile, bias, tile_rows (the tile count is padded to a
+# multiple: 2 * 3 * 3 = 18 tiles -> 20 rows, whose last two repeat the last tile), fused (row by
+# row: each row of tiles transformed, multiplied and transformed back in turn)
 CASES = [
-    pytest.param((2, 19, 9, 11), 13, (1, 1, 1, 1), 4, True, id="f4-batch2-pad1-bias"),
-    pytest.param((1, 20, 10, 7), 21, (0, 0, 0, 0), 4, False, id="f4-pad0"),
-    pytest.param((1, 19, 9, 11), 13, (0, 1, 1, 0), 2, True, id="f2-asym"),
+    pytest.param((2, 19, 9, 11), 13, (1, 1, 1, 1), 4, True, 4, 0, id="f4-batch2-pad1-bias-rows4"),
+    pytest.param((1, 20, 10, 7), 21, (0, 0, 0, 0), 4, False, 1, 0, id="f4-pad0"),
+    pytest.param((2, 20, 13, 18), 21, (1, 1, 1, 1), 4, True, 1, 1, id="f4-fused-batch2"),
+    pytest.param((1, 19, 9, 11), 13, (0, 1, 1, 0), 2, True, 1, 0, id="f2-asym"),
 ]
 
 
-@pytest.mark.parametrize("xs, m, pads, tile, bias", CASES)
-def test_winograd_matches_float64(rng, xs, m, pads, tile, bias):
+@pytest.mark.parametrize("xs, m, pads, tile, bias, rows, fused", CASES)
+def test_winograd_matches_float64(rng, xs, m, pads, tile, bias, rows, fused):
     lanes = Target("llvm").vector_lanes(32)
     c = xs[1]
     ib = c if c < lanes else lanes
@@ -102,7 +107,7 @@ def test_winograd_matches_float64(rng, xs, m, pads, tile, bias):
     w = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32) if bias else None
     arrays = [_block_act(x, ib), _block_weight(w, ib, lanes)] + ([_block_bias(b, lanes)] if bias else [])
-    got = _run(WINOGRAD_NCHWC, arrays, {"pads": list(pads), "tile": tile})
+    got = _run(WINOGRAD_NCHWC, arrays, {"pads": list(pads), "tile": tile, "tile_rows": rows, "fused": fused})
     ref = conv2d_ref(x, w, b, (1, 1), pads)
     assert _rel(_unblock(got, m), ref) <= WINO_TOL[tile]
     assert not np.any(_unblock(got, got.shape[1] * lanes)[:, m:])  # padding channels are zero
@@ -122,6 +127,10 @@ def test_winograd_refuses_what_it_does_not_compute():
         build((1, 1, 3, 3, 16, 16), {"strides": [2, 2]})
     with pytest.raises(OpError, match="tile"):
         build((1, 1, 3, 3, 16, 16), {"tile": 3})
+    with pytest.raises(OpError, match="tile_rows"):
+        build((1, 1, 3, 3, 16, 16), {"tile_rows": 0})
+    with pytest.raises(OpError, match="row of tiles"):
+        build((1, 1, 3, 3, 16, 16), {"tile_rows": 4, "fused": 1})
 
 
 # -- the policy ------------------------------------------------------------------------------------------------
@@ -135,12 +144,15 @@ def _site(c: int, m: int, hw: int = 14, k: int = 3, **attrs) -> LayoutSite:
 
 def test_policy_places_winograd_where_it_pays():
     policy = CPUStrategy("llvm").layout_policy()
-    nl = policy.layouts(_site(64, 64))
-    assert nl is not None and nl.op == WINOGRAD_NCHWC and nl.attrs["tile"] == 4
+    nl = policy.layouts(_site(64, 64))  # 590 KB of transformed weights: row by row
+    assert nl is not None and nl.op == WINOGRAD_NCHWC and nl.attrs["tile"] == 4 and nl.attrs["fused"] == 1
     assert str(nl.inputs[1].layout) == f"OIHW{policy.block}i{policy.block}o"  # as the direct convolution's
+    big = policy.layouts(_site(256, 256))  # 9.4 MB: every tile of a point at once
+    assert big is not None and big.op == WINOGRAD_NCHWC and "fused" not in big.attrs
+    assert big.attrs["tile_rows"] == winograd_tile_rows(16, 2 * policy.block, policy.target)  # 4 x 4 tiles
     direct = [
-        _site(32, 64),  # too few input channels
-        _site(64, 48),  # too few output channels
+        _site(8, 64),  # too few input channels
+        _site(64, 12),  # too few output channels
         _site(64, 64, hw=7),  # 2 x 2 output tiles: the transformed weights outweigh the work saved
         _site(64, 64, strides=[2, 2]),
         _site(64, 64, dilations=[2, 2]),
@@ -155,17 +167,19 @@ def test_policy_places_winograd_where_it_pays():
 
 # -- whole models ---------------------------------------------------------------------------------------------
 def _residual_model(rng, c: int = 64):
-    """Conv 3x3 + bias -> Relu -> Conv 3x3 + bias -> + X -> Relu = Y (both convolutions Winograd)."""
+    """Conv 3x3 + bias + X -> Relu (4 tiles per row: row by row, stored blocked) -> Conv 3x3
+    + bias without padding -> Relu = Y (3 tiles per row: all tiles of a point at once, stored
+    through the layout transform back to NCHW)."""
     ws = {k: (rng.standard_normal((c, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32) for k in ("w1", "w2")}
     ws.update({k: rng.standard_normal(c).astype(np.float32) for k in ("b1", "b2")})
     nodes = [
         helper.make_node("Conv", ["X", "w1", "b1"], ["a"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["a"], ["r"]),
-        helper.make_node("Conv", ["r", "w2", "b2"], ["e"], pads=[1, 1, 1, 1]),
-        helper.make_node("Add", ["e", "X"], ["s"]),
-        helper.make_node("Relu", ["s"], ["Y"]),
+        helper.make_node("Add", ["a", "X"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r"]),
+        helper.make_node("Conv", ["r", "w2", "b2"], ["e"]),
+        helper.make_node("Relu", ["e"], ["Y"]),
     ]
-    shape = [2, c, 9, 10]
+    shape = [2, c, 13, 13]
     g = helper.make_graph(nodes, "res", [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
                           [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
                           [numpy_helper.from_array(v, k) for k, v in ws.items()])
@@ -178,8 +192,8 @@ def test_residual_block_matches_float64(rng):
     assert sum("winograd" in s.get("func", "") for s in compiled.plan["steps"]) == 2
     for _ in range(2):  # fresh inputs; the planned buffers are reused correctly
         x = rng.standard_normal(shape).astype(np.float32)
-        r = np.maximum(conv2d_ref(x, ws["w1"], ws["b1"], (1, 1), (1, 1, 1, 1)), 0)
-        ref = np.maximum(conv2d_ref(r, ws["w2"], ws["b2"], (1, 1), (1, 1, 1, 1)) + x, 0)
+        r = np.maximum(conv2d_ref(x, ws["w1"], ws["b1"], (1, 1), (1, 1, 1, 1)) + x, 0)
+        ref = np.maximum(conv2d_ref(r, ws["w2"], ws["b2"]), 0)
         (got,) = compiled(X=x)
         assert _rel(got, ref) <= WINO_TOL[4]
 
