@@ -52,7 +52,14 @@ from ..te.tensor import IterKind, IterVar, Range
 from ..te.tensor_intrin import INTRINSICS, MatrixIntrinsic
 from .base import Strategy, extent, first_tagged
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
-from .tensorcore import reads_as_matrix, schedule_tensorcore, tc_split_k, tile_for_domain
+from .tensorcore import (
+    model_tensorcore_space,
+    reads_as_matrix,
+    schedule_tensorcore,
+    tc_split_k,
+    tile_for_domain,
+    tile_of,
+)
 
 THREADS = 256
 #: Targets already told that their float16 products cannot use a matrix unit (said once each).
@@ -114,9 +121,16 @@ class GPUStrategy(Strategy):
         return schedule_group_gpu(outs, keep, strategy=self, config=config)
 
     def space(self, outs: Sequence[Tensor]) -> ConfigSpace | None:
-        """The knob space of the first packed GEMM stage of the kernel computing ``outs``."""
+        """The knob space of the kernel computing ``outs``: its first packed GEMM stage's
+        (:func:`packed_gemm_space`), else its tensor-core accumulator's
+        (:func:`~ember.strategy.tensorcore.model_tensorcore_space`), else None."""
         op = first_tagged(outs, "conv_packed")
-        return packed_gemm_space(op, self.target) if op is not None else None
+        if op is not None:
+            return packed_gemm_space(op, self.target)
+        tc = first_tagged(outs, "tc_gemm")
+        if tc is not None:
+            return model_tensorcore_space(tc.output(0), INTRINSICS[tc.attrs["intrin"]], self.target)
+        return None
 
     def tc_split_k(self, batch: int, mp: int, np_: int, kp: int) -> int:
         """:func:`ember.strategy.tensorcore.tc_split_k`."""
@@ -474,11 +488,16 @@ def schedule_group_gpu(
     :meth:`GPUStrategy.space`; validated before anything is scheduled)."""
     target = strategy.target if strategy is not None else Target("cuda")
     tuned = first_tagged(outs, "conv_packed")
+    tuned_tc = first_tagged(outs, "tc_gemm") if tuned is None else None
     cfg_tuned = None
     if config is not None:
-        if tuned is None:
+        if tuned is not None:
+            cfg_tuned = packed_gemm_space(tuned, target).validate(config)
+        elif tuned_tc is not None:
+            intrin_tc = INTRINSICS[tuned_tc.attrs["intrin"]]
+            cfg_tuned = model_tensorcore_space(tuned_tc.output(0), intrin_tc, target).validate(config)
+        else:
             raise InvalidConfig("this kernel has no tunable stage, so it takes no configuration")
-        cfg_tuned = packed_gemm_space(tuned, target).validate(config)
     ops = list(dict.fromkeys(o.op for o in outs))
     s = te.create_schedule(ops)
     for stage in list(s.stages):
@@ -507,7 +526,9 @@ def schedule_group_gpu(
                 store = next(c for c in s.consumers(s[acc]))
                 store.compute_root()
                 _schedule_root(s, stage)
-            schedule_tensorcore(s, store.op.output(0), acc, intrin, tile_for_domain(acc, intrin), target)
+            tuned_here = cfg_tuned is not None and tuned_tc is not None and acc.op is tuned_tc
+            tile = tile_of(cfg_tuned) if tuned_here else tile_for_domain(acc, intrin)
+            schedule_tensorcore(s, store.op.output(0), acc, intrin, tile, target)
             done.add(id(store))
             continue
         if getattr(op, "tag", "") == "conv_packed":

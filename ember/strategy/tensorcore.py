@@ -120,6 +120,40 @@ def tile_for_domain(acc: te.Tensor, intrin: MatrixIntrinsic, min_blocks: int = M
     return TCTile(bm, bn, 64 if kp % 64 == 0 else 32, wm, wn, base.stages)
 
 
+def model_tensorcore_space(acc: te.Tensor, intrin: MatrixIntrinsic, target: Target) -> ConfigSpace:
+    """The knob space of a model's tensor-core accumulator ``acc`` (domain padded to whole tiles,
+    :func:`ember.ops.nn.tensorcore_accumulator`): block ``bm`` x ``bn`` (sides of
+    :data:`BLOCK_SIDES` dividing the padded rows and columns), warp ``wm`` x ``wn``, chunk ``bk``
+    (dividing the padded reduction) and pipeline ``stages``. Its default point is
+    :func:`tile_for_domain`'s tiling; points over the target's shared memory or registers, or
+    with warp tiles that do not divide the block or fit the instruction, are rejected."""
+    from ..arith import simplify
+
+    *_, mp, np_ = (int(simplify(x).value) for x in acc.shape)  # type: ignore[union-attr]
+    kp = int(simplify(acc.op.reduce_axis[0].dom.extent).value)  # type: ignore[union-attr]
+    base = tile_for_domain(acc, intrin)
+    space = ConfigSpace()
+    space.define_knob("bm", [b for b in BLOCK_SIDES if mp % b == 0], default=base.bm)
+    space.define_knob("bn", [b for b in BLOCK_SIDES if np_ % b == 0], default=base.bn)
+    space.define_knob("wm", sorted({16, 32, 64, base.wm}), default=base.wm)
+    space.define_knob("wn", sorted({8, 16, 32, 64, base.wn}), default=base.wn)
+    space.define_knob("bk", sorted({b for b in (32, 64) if kp % b == 0} | {base.bk}), default=base.bk)
+    space.define_knob("stages", sorted({1, 2, 3, 4} | {base.stages}), default=base.stages)
+    elem = max(1, intrin.input_type.bits // 8)
+    limit = target.max_shared_memory_per_block_optin
+
+    def legal(cfg: object) -> str | None:
+        t = tile_of(cfg)
+        if t.wm > t.bm or t.wn > t.bn:
+            return f"the warp tile {t.wm} x {t.wn} exceeds the block {t.bm} x {t.bn}"
+        if t.stages > 1 and target.kind != "cuda":
+            return "pipelined staging (cp.async) exists on NVIDIA only: 1 stage"
+        return t.check(intrin, elem, limit)
+
+    space.add_check(legal)
+    return space
+
+
 #: Split-K of tensor-core products (:func:`tc_split_k`): only a reduction of at least
 #: TC_SPLIT_MIN_K (padded) is split, into at most TC_MAX_SPLIT parts of at least TC_PART_CHUNKS
 #: chunks of 64 each.

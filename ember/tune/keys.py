@@ -34,8 +34,8 @@ VECTOR_FEATURES = frozenset({
     "avx512fp16", "amx-tile", "amx-bf16", "amx-int8", "neon", "sve", "sve2", "dotprod", "fullfp16", "bf16", "i8mm",
 })
 #: The tags of the stages the strategies' knob spaces describe (``Strategy.space``): the packed GEMM
-#: (CPU and GPU) and the CPU's blocked NCHW[x]c convolutions.
-TUNABLE_TAGS = ("conv_packed", *NCHWC_TAGS)
+#: (CPU and GPU), the GPU's tensor-core accumulators and the CPU's blocked NCHW[x]c convolutions.
+TUNABLE_TAGS = ("conv_packed", "tc_gemm", *NCHWC_TAGS)
 
 
 @dataclass(frozen=True)
