@@ -278,6 +278,28 @@ def test_load_module_errors(tmp_path):
         ember.load_module(str(bad))
 
 
+def test_module_file_with_a_damaged_compressed_member(tmp_path, vadd):
+    """A member whose deflate stream is damaged (its header and sizes intact) is a clear
+    ModelFormatError, not zlib's own exception."""
+    import zipfile
+
+    path = tmp_path / "vadd.so"
+    vadd.export_library(str(path))
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        victim = max((i for i in z.infolist() if i.compress_type == zipfile.ZIP_DEFLATED and i.compress_size > 64),
+                     key=lambda i: i.compress_size, default=None)
+    if victim is None:
+        pytest.skip("this build stores the module's members uncompressed: nothing to damage")
+    start = victim.header_offset + 30 + len(victim.filename.encode()) + len(victim.extra)
+    for k in range(start + 8, start + min(victim.compress_size, 64)):
+        raw[k] ^= 0x5A
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(ember.ModelFormatError):
+        ember.load_module(str(bad))
+
+
 def test_module_with_several_functions(tmp_path, rng):
     def lowered(name, scale):
         n = te.var("n")

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import zipfile
+import zlib
 from typing import Any
 
 from ...errors import ModelFormatError
@@ -60,7 +61,7 @@ def read_manifest(z: zipfile.ZipFile, path: str) -> Any:
         raise ModelFormatError(f"{path}: manifest.json claims {info.file_size} bytes")
     try:
         return json.loads(z.read(info))
-    except (ValueError, RecursionError, OSError, zipfile.BadZipFile, EOFError) as exc:
+    except (ValueError, RecursionError, OSError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
         raise ModelFormatError(f"{path}: manifest.json is unreadable ({exc})") from exc
 
 
@@ -94,7 +95,7 @@ def read_checked(z: zipfile.ZipFile, listed: Any, path: str, max_bytes: int) -> 
     for name, info in listed.items():
         try:
             data = z.read(name)
-        except (OSError, zipfile.BadZipFile, ValueError, EOFError, NotImplementedError) as exc:
+        except (OSError, zipfile.BadZipFile, ValueError, EOFError, NotImplementedError, zlib.error) as exc:
             raise ModelFormatError(f"{path}: member {name!r} cannot be read ({exc})") from exc
         except MemoryError as exc:
             raise ModelFormatError(f"{path}: member {name!r} ({info['size']} bytes) does not fit in memory") from exc
