@@ -18,6 +18,10 @@ all zero-padded, so the padding output channels come out zero (the invariant
 * ``ember.DepthwiseConvNCHWc`` (X, W, B?) — one filter per channel (``group == C == M``):
   ``out[n, c, oh, ow, ci] = sum_{r, q} xpad[n, c, oh*s0 + r*d0, ow*s1 + q*d1, ci] *
   w[c, 0, r, q, ci] (+ b[c, ci])``.
+* ``ember.MaxPoolNCHWc`` (X) — ONNX ``MaxPool`` (2-D; ``kernel_shape``, ``strides``, ``pads`` or
+  ``auto_pad``, ``dilations``, ``ceil_mode``; no ``Indices`` output) on a blocked tensor, so a
+  network's first convolution stores blocked and its pooling reads and writes that layout (zero
+  padding channels stay zero). Taps in the padding are ignored, as ONNX says.
 
 Both take the ONNX ``Conv`` attributes (``pads`` or ``auto_pad``, ``strides``, ``dilations``)
 and read the vector width from the tensors' shapes, so the same definition serves AVX-512
@@ -44,6 +48,7 @@ from .util import compute, const_like, dtype_of, ints, shape, uname
 CONV_NCHWC = "ember.ConvNCHWc"
 DEPTHWISE_NCHWC = "ember.DepthwiseConvNCHWc"
 GLOBAL_POOL_NCHWC = "ember.GlobalPoolNCHWc"
+MAXPOOL_NCHWC = "ember.MaxPoolNCHWc"
 
 
 def _geometry(ctx: OpContext, x: Tensor, ksp: tuple[int, int]) -> tuple[list[int], list[int], list[int], list[int],
@@ -173,3 +178,61 @@ def global_pool_nchwc(ctx: OpContext, x: Tensor) -> Tensor:
     r = reduce_tensor(x, [2, 3], True, te.sum, name="gavg_sum_nchwc")
     cnt = const_like(sx[2] * sx[3], dtype_of(x))
     return compute(shape(r), lambda *i: r[i] / cnt, name=uname("gavgpool_nchwc"))
+
+
+def _pool_windows_clamp_exactly(insp: int, out: int, k: int, stride: int, dil: int, lo: int) -> bool:
+    """True when reading a pooling window's taps at indices clamped into ``[0, insp)`` reads
+    only values of the window: undilated windows (their taps are contiguous, so a tap clamped to
+    the image's edge lands on a tap of the window) that each hold at least one tap inside."""
+    if dil != 1:
+        return False
+    return all(o * stride - lo + k - 1 >= 0 and o * stride - lo < insp for o in range(out))
+
+
+@register(MAXPOOL_NCHWC, pattern="reduce")
+def maxpool_nchwc(ctx: OpContext, x: Tensor) -> Tensor:
+    """``ember.MaxPoolNCHWc``: X ``[N, CB, H, W, b]`` -> ``[N, CB, OH, OW, b]``, ONNX ``MaxPool``
+    over the spatial axes (see the module docstring). Where every window is undilated and holds
+    a tap of the image, the taps read indices clamped to the image (exact: the clamped tap is one
+    of the window's own; the reads vectorize along the channel lanes); elsewhere a tap in the
+    padding reads the type's lowest value through a select."""
+    sx = shape(x)
+    if len(sx) != 5:
+        raise ctx.fail(f"X {sx} must be a blocked image [N, CB, H, W, b]")
+    if len(ctx.attrs.get("_outputs", [])) > 1:
+        raise ctx.fail("the blocked max pool has no Indices output; the plain MaxPool computes it")
+    k = ints(ctx.attr("kernel_shape"))
+    strides = ints(ctx.attr("strides")) or [1, 1]
+    dil = ints(ctx.attr("dilations")) or [1, 1]
+    check_window(ctx, "input", 2, k, strides, dil)
+    lo, hi = conv_pads(ctx, (sx[2], sx[3]), tuple(k), strides, dil)
+    if any(p >= k[d % 2] for d, p in enumerate(lo + hi)):
+        raise ctx.fail(f"pads {lo + hi} must be smaller than the kernel {k} (as ONNX Runtime requires)")
+    ceil_mode = int(ctx.attr("ceil_mode", 0))
+    out = []
+    for d in range(2):
+        span = sx[2 + d] + lo[d] + hi[d] - ((k[d] - 1) * dil[d] + 1)
+        o = (-(-span // strides[d]) if ceil_mode else span // strides[d]) + 1
+        if ceil_mode and (o - 1) * strides[d] >= sx[2 + d] + lo[d]:
+            o -= 1
+        out.append(o)
+    if min(out) < 1:
+        raise ctx.fail(f"the window does not fit the input's spatial shape {sx[2:4]}: the output would be {out}")
+    clamp = all(_pool_windows_clamp_exactly(sx[2 + d], out[d], k[d], strides[d], dil[d], lo[d]) for d in range(2))
+    rr = te.reduce_axis((0, k[0]), name="rr")
+    rq = te.reduce_axis((0, k[1]), name="rq")
+    h, w, dt = sx[2], sx[3], dtype_of(x)
+
+    def body(n: Any, c: Any, i: Any, j: Any, ci: Any) -> Any:
+        ih = i * strides[0] + rr.var * dil[0] - lo[0]
+        iw = j * strides[1] + rq.var * dil[1] - lo[1]
+        if clamp:
+            v = x[n, c, E.max_expr(E.min_expr(ih, h - 1), 0), E.max_expr(E.min_expr(iw, w - 1), 0), ci]
+        else:
+            ok = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+            v = te.if_then_else(ok, x[n, c, ih, iw, ci], te.min_value_of(dt))
+        return te.max(v, axis=[rr, rq])
+
+    attrs = {"strides": strides, "dilations": dil, "pads": (lo, hi)}
+    return compute((sx[0], sx[1], out[0], out[1], sx[4]), body, name=uname("maxpool_nchwc"), tag="pool_nchwc",
+                   attrs=attrs)

@@ -133,7 +133,10 @@ def schedule_conv_gemm(
 
 
 # -- blocked (NCHW[x]c) convolutions -------------------------------------------------------------------
-NCHWC_TAGS = ("conv_nchwc", "dwconv_nchwc")
+NCHWC_TAGS = ("conv_nchwc", "dwconv_nchwc", "pool_nchwc")
+#: The blocked stages that work per channel (no reduction over channels): one channel vector
+#: per register block, the taps outside.
+PER_CHANNEL_TAGS = ("dwconv_nchwc", "pool_nchwc")
 TILE_OW_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 28)
 TILE_OW_PREFERRED = (8, 7, 6, 4)
 TILE_OH_VALUES = (1, 2, 3, 4)
@@ -176,13 +179,13 @@ def odd_channel_tiles(mb: int, oh: int, ow: int, vecs: int) -> tuple[int, int, i
 
 
 def conv_nchwc_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
-    """The knob space of blocked convolution ``op`` (tag ``conv_nchwc`` or ``dwconv_nchwc``) on
+    """The knob space of blocked stage ``op`` (a tag of ``NCHWC_TAGS``: convolution, depthwise, max pool) on
     ``strategy``'s CPU; its default point is the heuristic of the module docstring."""
     nregs = strategy.vector_registers
     lanes = strategy.target.vector_lanes(32)
     _, ob, oh, ow, vb = (extent(a) for a in op.axis)
     vecs = max(1, -(-vb // lanes))  # vector registers per channel block
-    depthwise = op.tag == "dwconv_nchwc"
+    depthwise = op.tag in PER_CHANNEL_TAGS
     space = ConfigSpace()
     toc = 1 if depthwise or ob % 2 else 2
 
@@ -250,7 +253,7 @@ def schedule_conv_nchwc(
     cfg: ConfigEntity,
     handled: set[int] | None = None,
 ) -> None:
-    """Schedule blocked convolution ``stage`` (tag ``conv_nchwc`` or ``dwconv_nchwc``) at point
+    """Schedule blocked stage ``stage`` (a tag of ``NCHWC_TAGS``) at point
     ``cfg`` of :func:`conv_nchwc_space` (validated by the caller): register blocks of
     ``tile_oc`` channel vectors x ``tile_ow`` columns accumulated over the reduction, the
     epilogue applied in the store, parallel over (image, channel-block group, output row). The
@@ -267,13 +270,13 @@ def schedule_conv_nchwc(
     acc.compute_at(out, wo)
     an, ao, ah, aw, ak = acc.op.axis
     red = list(acc.op.reduce_axis)
-    if op.tag == "dwconv_nchwc":
+    if op.tag in PER_CHANNEL_TAGS:
         acc.reorder(an, *red, ao, ah, aw, ak)
     else:
         rc, rr, rq, ri = red
         acc.reorder(an, rc, rr, rq, ri, ao, ah, aw, ak)
     if cfg["unroll"].val:
-        if op.tag == "dwconv_nchwc":
+        if op.tag in PER_CHANNEL_TAGS:
             # the taps of a kernel row too: each column's padding test and clamped read then
             # become a few constants per block instead of work per tap (5x5: 2.6x faster)
             acc.unroll(red[1])

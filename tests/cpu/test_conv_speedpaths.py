@@ -17,6 +17,7 @@ Outputs are poisoned with NaN before each run. Tolerance: float32 accumulation o
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -302,3 +303,92 @@ def test_register_blocks_no_extent_divides_match_float64(rng, target, knobs):
     except InvalidConfig:
         pytest.skip(f"{knobs} does not fit {target}'s vector registers")
     np.testing.assert_allclose(got, conv2d_ref(x, w, b, (1, 1), (1, 0, 1, 2)), **TOL)
+
+
+# -- the blocked max pool -----------------------------------------------------------------------------------
+def _maxpool_ref(x: np.ndarray, k, strides, pads, dil, ceil_mode: int = 0) -> np.ndarray:
+    """ONNX MaxPool (NCHW, pads (t, l, b, r)) in float64 with -inf padding, ceil_mode windows
+    clipped as ONNX Runtime clips them (a window may not start in the right padding)."""
+    n, c, h, w = x.shape
+    outs = []
+    for d, size in enumerate((h, w)):
+        span = size + pads[d] + pads[d + 2] - ((k[d] - 1) * dil[d] + 1)
+        o = (-(-span // strides[d]) if ceil_mode else span // strides[d]) + 1
+        if ceil_mode and (o - 1) * strides[d] >= size + pads[d]:
+            o -= 1
+        outs.append(o)
+    big = 4 * max(k) * max(dil) + max(strides) * max(outs)
+    xp = np.full((n, c, h + pads[0] + big, w + pads[1] + big), -np.inf)
+    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + w] = x
+    ref = np.full((n, c, outs[0], outs[1]), -np.inf)
+    for a in range(k[0]):
+        for b in range(k[1]):
+            r0, c0 = a * dil[0], b * dil[1]
+            win = xp[:, :, r0: r0 + (outs[0] - 1) * strides[0] + 1: strides[0],
+                     c0: c0 + (outs[1] - 1) * strides[1] + 1: strides[1]]
+            ref = np.fmax(ref, win) if not np.isnan(x).any() else np.where(np.isnan(win) | np.isnan(ref), np.nan,
+                                                                          np.maximum(ref, win))
+    return ref
+
+
+def _maxpool(x: np.ndarray, attrs: dict, target: str) -> np.ndarray:
+    from ember.ops.conv_nchwc import MAXPOOL_NCHWC
+
+    lanes = Target(target).vector_lanes(32)
+    got = _run(MAXPOOL_NCHWC, [_block(x, lanes)], attrs, target)
+    c = x.shape[1]
+    assert not np.any(_unblock(got, got.shape[1] * lanes)[:, c:])  # zero padding channels stay zero
+    return _unblock(got, c)
+
+
+# (N, C, H, W), kernel, strides, pads, dilations, ceil_mode
+MAXPOOLS = [
+    pytest.param((1, 19, 23, 21), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 0, id="3x3-s2-resnet"),
+    pytest.param((2, 21, 12, 11), (3, 3), (2, 2), (1, 0, 0, 1), (1, 1), 1, id="ceil-asym-batch2"),
+    pytest.param((1, 13, 9, 14), (2, 3), (1, 2), (0, 1, 1, 2), (1, 1), 0, id="rect-strides"),
+    pytest.param((1, 17, 11, 13), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 0, id="dilated-select-path"),
+    pytest.param((1, 5, 7, 9), (5, 5), (3, 3), (4, 4, 4, 4), (1, 1), 1, id="wide-pads-ceil"),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("xs, k, strides, pads, dil, ceil", MAXPOOLS)
+def test_blocked_maxpool_matches_float64(rng, target, xs, k, strides, pads, dil, ceil):
+    _skip_unless_runnable(target)
+    x = rng.standard_normal(xs).astype(np.float32)
+    attrs = {"kernel_shape": list(k), "strides": list(strides), "pads": list(pads), "dilations": list(dil),
+             "ceil_mode": ceil}
+    np.testing.assert_array_equal(_maxpool(x, attrs, target), _maxpool_ref(x, k, strides, pads, dil, ceil))
+
+
+def test_blocked_maxpool_same_upper_and_specials(rng):
+    """``auto_pad=SAME_UPPER``, and infinities and NaNs on the border: a padded tap never wins
+    and never hides a NaN (the clamped tap is one of the window's own)."""
+    x = _border_specials(rng, (1, 20, 10, 13))
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}
+    got = _maxpool(x, attrs, "llvm")
+    ref = _maxpool_ref(x, (3, 3), (2, 2), (0, 1, 1, 1), (1, 1))  # SAME_UPPER: 10 -> 5 (pads 0, 1), 13 -> 7 (1, 1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    fin = ~np.isnan(ref)
+    np.testing.assert_array_equal(got[fin], ref[fin])
+
+
+def test_blocked_maxpool_refuses_indices_and_is_compile_checked_for_aarch64():
+    from ember.errors import EmberError
+    from ember.ops.conv_nchwc import MAXPOOL_NCHWC
+
+    strategy = CPUStrategy("llvm")
+    x = te.placeholder((1, 2, 9, 9, 16), "float32", name="x")
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "_outputs": ["y", "idx"]}
+    with pytest.raises(EmberError, match="Indices"):
+        call(OpContext(MAXPOOL_NCHWC, attrs, ["x"], {}, 17, "n0", strategy=strategy), [x])
+    target = "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"
+    strategy = CPUStrategy(target)
+    x = te.placeholder((1, 2, 9, 9, 4), "float32", name="x")
+    (out,) = call(OpContext(MAXPOOL_NCHWC, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                            ["x"], {}, 17, "n0", strategy=strategy), [x])
+    from ember.backends.cpu.codegen import assembly, compile_cpu
+    from ember.lowering import lower
+
+    compiled = compile_cpu([lower(strategy.schedule_group([out]), [x, out], "pool", target=target)], Target(target))
+    assert re.search(r"fcmgt\tv\d+\.4s", assembly(compiled.llvm_ir, Target(target)))  # 4-lane vector compares
