@@ -25,7 +25,8 @@ CPU_FORMAT = "ember-cpu-module/1"
 #: 5: float32 exp inline (:mod:`.vexp`).
 #: 6: ``ember_parallel_for`` takes a fifth argument, the pool mode (dynamic or static).
 #: 7: float32 tanh inline (:mod:`.vtanh`, <= 1 ulp).
-CODEGEN_REVISION = 7
+#: 8: float32 erf inline (:mod:`.verf`, <= 1 ulp).
+CODEGEN_REVISION = 8
 
 
 class CPUBackend(Backend):

@@ -31,6 +31,7 @@ from ...target import Target
 from . import dot4
 from .pool import DYNAMIC, STATIC
 from .pool import SYMBOL as POOL_SYMBOL
+from .verf import erf_f32
 from .vexp import exp_f32
 from .vtanh import tanh_f32
 
@@ -43,15 +44,17 @@ class CodeGenCPU(CodeGenLLVM):
         self._parallel_depth = 0
 
     def math_f32_or_f64(self, op: str, args: list[ir.Value], t: Any) -> ir.Value:
-        """float32 ``exp`` and ``tanh`` inline (:mod:`.vexp`, :mod:`.vtanh`: they vectorize;
-        LLVM would call ``expf``/``tanhf`` per lane), the rest as the shared code generator
-        emits it."""
+        """float32 ``exp``, ``tanh`` and ``erf`` inline (:mod:`.vexp`, :mod:`.vtanh`, :mod:`.verf`:
+        they vectorize; LLVM would call ``expf``/``tanhf``/``erff`` per lane), the rest as the
+        shared code generator emits it."""
         x = args[0]
         elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
         if op == "exp" and isinstance(elem, ir.FloatType):
             return exp_f32(self.builder, x, lambda v: self.llvm_intrinsic("rint", [v]))
         if op == "tanh" and isinstance(elem, ir.FloatType):
             return tanh_f32(self.builder, x, lambda v: self.llvm_intrinsic("rint", [v]))
+        if op == "erf" and isinstance(elem, ir.FloatType):
+            return erf_f32(self.builder, x, lambda v: self.llvm_intrinsic("rint", [v]))
         return super().math_f32_or_f64(op, args, t)
 
     def expr_Call(self, e: E.Call) -> ir.Value:
