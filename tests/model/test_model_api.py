@@ -103,7 +103,7 @@ def test_bad_calls_name_the_problem(rng) -> None:
 
 
 def test_one_model_serves_many_threads(rng) -> None:
-    """4 threads x 60 calls on one compiled model, each with its own inputs: every answer right
+    """8 threads x 500 calls on one compiled model, each with its own inputs: every answer right
     (the executor used to share its intermediate buffers between threads)."""
     data = _mlp(rng)
     m = ember.compile(data, use_cache=False)
@@ -111,12 +111,12 @@ def test_one_model_serves_many_threads(rng) -> None:
     wants = [_reference(data, x) for x in inputs]
     wrong: list[tuple[int, float]] = []
     errors: list[BaseException] = []
-    start = threading.Barrier(4)
+    start = threading.Barrier(8)
 
     def work(tid: int) -> None:
         try:
             start.wait()
-            for k in range(60):
+            for k in range(500):
                 j = (tid * 3 + k) % len(inputs)
                 err = float(np.max(np.abs(m(inputs[j])[0] - wants[j])))
                 if err > 1e-5:
@@ -124,13 +124,13 @@ def test_one_model_serves_many_threads(rng) -> None:
         except BaseException as exc:  # noqa: BLE001 - reported below with the thread's failure
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors, errors
-    assert not wrong, f"{len(wrong)} of 240 answers wrong, worst {max(e for _, e in wrong)}"
+    assert not wrong, f"{len(wrong)} of 4000 answers wrong, worst {max(e for _, e in wrong)}"
 
 
 def test_unknown_target_fails_before_any_work(rng) -> None:
