@@ -122,19 +122,31 @@ def _rows_applied(index: Any, mat: list[list[Fraction]], load: Any, dt: str) -> 
     """``sum_j mat[index][j] * load(j)`` for a row ``index`` known only at run time (or after
     unrolling): each row's non-zero terms, padded to the longest row's count with zero
     coefficients, where term ``k`` reads ``load(col_k(index))`` times ``coef_k(index)`` and both
-    are selects of constants. The selects hold no loads, so ember's vectorizer keeps the channel
-    loop a vector loop, and once the row is a constant they simplify to one load and one
-    coefficient (a coefficient of one to no multiplication)."""
+    are selects of constants (:func:`_pick`). The selects hold no loads, so ember's vectorizer
+    keeps the channel loop a vector loop, and once the row is a constant they simplify to one
+    load and one coefficient (a coefficient of one to no multiplication)."""
     rows = [[(c, j) for j, c in enumerate(row) if c != 0] for row in mat]
     width = max(len(r) for r in rows)
     out: Any = None
     for k in range(width):
-        cols = [r[k][1] if k < len(r) else r[0][1] for r in rows]
+        present = [r[k][1] for r in rows if k < len(r)]
+        common = max(set(present), key=present.count)  # a padded term reads the common column
+        cols = [r[k][1] if k < len(r) else common for r in rows]
         coefs = [float(r[k][0]) if k < len(r) else 0.0 for r in rows]
-        col = _select(index, [E.const(c, "int32") for c in cols]) if len(set(cols)) > 1 else E.const(cols[0], "int32")
-        coef = _select(index, [const_like(c, dt) for c in coefs])
-        term = load(col) * coef
+        term = load(_pick(index, cols, "int32")) * _pick(index, coefs, dt)
         out = term if out is None else out + term
+    return out
+
+
+def _pick(index: Any, values: list[Any], dt: str) -> Any:
+    """``values[index]`` as a constant when they are all equal, else a chain of selects testing
+    only the positions whose value differs from the most common one (short chains keep the
+    unrolled code small until it is simplified)."""
+    common = max(set(values), key=values.count)
+    out: Any = const_like(common, dt)
+    for k, v in enumerate(values):
+        if v != common:
+            out = te.if_then_else(index == k, const_like(v, dt), out)
     return out
 
 

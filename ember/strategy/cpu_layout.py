@@ -32,7 +32,8 @@ from .cpu_winograd import row_tile_rows, winograd_tile_rows
 #: Winograd is chosen for 3x3 stride-1 convolutions with at least this many input and output
 #: channels (see :meth:`CPULayoutPolicy.use_winograd`).
 WINOGRAD_MIN_CHANNELS = 16
-#: ... and at least this many output tiles of 4 x 4 per image.
+#: ... and at least this many output tiles per image (of 4 x 4 for F(4x4, 3x3), else of 2 x 2 for
+#: F(2x2, 3x3)).
 WINOGRAD_MIN_TILES = 9
 #: Transformed weights up to this size run row by row (``fused=1``, see
 #: :meth:`CPULayoutPolicy.winograd_attrs`).
@@ -55,8 +56,9 @@ class CPULayoutPolicy:
         """The Winograd tile ``m`` (F(m x m, 3 x 3), :mod:`ember.ops.winograd_nchwc`) for the
         ``Conv`` at ``site``, or None for the direct blocked convolution: Winograd when enabled
         (``winograd``), for a 3x3 kernel with stride 1, dilation 1, ``group == 1``, at least
-        ``WINOGRAD_MIN_CHANNELS`` input and output channels and ``WINOGRAD_MIN_TILES`` output
-        tiles per image."""
+        ``WINOGRAD_MIN_CHANNELS`` input and output channels; F(4x4, 3x3) with at least
+        ``WINOGRAD_MIN_TILES`` output tiles of 4 x 4 per image (12 x 12 outputs and more), else
+        F(2x2, 3x3) with at least as many tiles of 2 x 2 (6 x 6 and more), else None."""
         if not self.winograd:
             return None
         x, w = site.inputs[0], site.inputs[1]
@@ -69,9 +71,10 @@ class CPULayoutPolicy:
         if min(c, k) < WINOGRAD_MIN_CHANNELS or not site.outputs or len(site.outputs[0].shape) != 4:
             return None
         oh, ow = site.outputs[0].shape[2], site.outputs[0].shape[3]
-        if -(-oh // 4) * -(-ow // 4) < WINOGRAD_MIN_TILES:
-            return None
-        return 4
+        for m in (4, 2):
+            if -(-oh // m) * -(-ow // m) >= WINOGRAD_MIN_TILES:
+                return m
+        return None
 
     def winograd_attrs(self, site: LayoutSite, tile: int) -> dict[str, Any]:
         """The attributes of the ``ember.WinogradConvNCHWc`` replacing the ``Conv`` at ``site``:

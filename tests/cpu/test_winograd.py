@@ -147,13 +147,15 @@ def test_policy_places_winograd_where_it_pays():
     nl = policy.layouts(_site(64, 64))  # 590 KB of transformed weights: row by row
     assert nl is not None and nl.op == WINOGRAD_NCHWC and nl.attrs["tile"] == 4 and nl.attrs["fused"] == 1
     assert str(nl.inputs[1].layout) == f"OIHW{policy.block}i{policy.block}o"  # as the direct convolution's
+    small = policy.layouts(_site(512, 512, hw=7))  # 2 x 2 tiles of 4 x 4: F(2x2, 3x3), 4 x 4 of them
+    assert small is not None and small.op == WINOGRAD_NCHWC and small.attrs["tile"] == 2
     big = policy.layouts(_site(256, 256))  # 9.4 MB: every tile of a point at once
     assert big is not None and big.op == WINOGRAD_NCHWC and "fused" not in big.attrs
     assert big.attrs["tile_rows"] == winograd_tile_rows(16, 2 * policy.block, policy.target)  # 4 x 4 tiles
     direct = [
         _site(8, 64),  # too few input channels
         _site(64, 12),  # too few output channels
-        _site(64, 64, hw=7),  # 2 x 2 output tiles: the transformed weights outweigh the work saved
+        _site(64, 64, hw=4),  # 2 x 2 output tiles even of F(2x2, 3x3)
         _site(64, 64, strides=[2, 2]),
         _site(64, 64, dilations=[2, 2]),
         _site(64, 64, k=1),
