@@ -285,6 +285,18 @@ def _batch_index(r: Any, batch: tuple[int, ...]) -> tuple[Any, ...]:
     return tuple(reversed(idx))
 
 
+def _batch_view(cv: Tensor, batch: tuple[int, ...], M: int, N: int, name: str) -> Tensor:
+    """``cv[rows, M, >= N]`` (rows: the flattened ``batch``) viewed as ``batch + (M, N)``."""
+
+    def view(*i: Any) -> Any:
+        r: Any = E.const(0)
+        for d, v in zip(batch, i[:-2]):
+            r = r * d + v
+        return cv[r, i[-2], i[-1]]
+
+    return compute(batch + (M, N), view, name=uname(name))
+
+
 def _batched_matmul_packed(
     a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int, N: int, strategy: Layout
 ) -> Tensor:
@@ -317,14 +329,7 @@ def _batched_matmul_packed(
         workspace=True,
     )
     cv = split_k_product(cv, strategy.gemm_split_k(rows, M, npanel * nr, K, 1))
-
-    def view(*i: Any) -> Any:
-        r: Any = E.const(0)
-        for d, v in zip(batch, i[:-2]):
-            r = r * d + v
-        return cv[r, i[-2], i[-1]]
-
-    return compute(batch + (M, N), view, name=uname("bmm"))
+    return _batch_view(cv, batch, M, N, "bmm")
 
 
 def _matmul_packed(
@@ -349,32 +354,19 @@ def _matmul_packed(
     )
     k = te.reduce_axis((0, K), name="k")
 
-    def arow(r: Any) -> tuple[Any, ...]:
-        idx, rest = [], r
-        for d in reversed(batch):
-            idx.append(E.floormod(rest, d))
-            rest = E.floordiv(rest, d)
-        return tuple(reversed(idx))
-
     # The product covers whole panels (its last columns are zeros of the padded panel, never
     # read): no scalar tail for a partial panel.
     cv = compute(
         (rows, M, npanel * nr),
-        lambda r, m, n: te.sum(a[arow(r) + (m, k.var)] * bp[E.floordiv(n, nr), k.var, E.floormod(n, nr)], axis=k),
+        lambda r, m, n: te.sum(a[_batch_index(r, batch) + (m, k.var)] * bp[E.floordiv(n, nr), k.var, E.floormod(n, nr)],
+                               axis=k),
         name=uname("mm_gemm"),
         tag="conv_packed",
         attrs={"nr": nr, "K": K},
         workspace=True,
     )
     cv = split_k_product(cv, strategy.gemm_split_k(rows, M, npanel * nr, K, 1))
-
-    def view(*i: Any) -> Any:
-        r: Any = E.const(0)
-        for d, v in zip(batch, i[:-2]):
-            r = r * d + v
-        return cv[r, i[-2], i[-1]]
-
-    return compute(batch + (M, N), view, name=uname("matmul"))
+    return _batch_view(cv, batch, M, N, "matmul")
 
 
 @register("MatMul", pattern="heavy")
