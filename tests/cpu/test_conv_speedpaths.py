@@ -392,3 +392,22 @@ def test_blocked_maxpool_refuses_indices_and_is_compile_checked_for_aarch64():
 
     compiled = compile_cpu([lower(strategy.schedule_group([out]), [x, out], "pool", target=target)], Target(target))
     assert re.search(r"fcmgt\tv\d+\.4s", assembly(compiled.llvm_ir, Target(target)))  # 4-lane vector compares
+
+
+def test_odd_channel_block_defaults_compile_for_aarch64():
+    """NEON has 32 vector registers too: the odd-block defaults (three blocks; one block over
+    rows) are legal points of its space and compile to 4-lane FMAs."""
+    from ember.backends.cpu.codegen import assembly, compile_cpu
+    from ember.lowering import lower
+
+    target = "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"
+    strategy = CPUStrategy(target)
+    for mb, hw, expect in ((9, 7, (3, 1, 7)), (7, 14, (1, 2, 14))):
+        x = te.placeholder((1, 5, hw, hw, 4), "float32", name="x")
+        w = te.placeholder((mb, 5, 1, 1, 4, 4), "float32", name="w")
+        (out,) = call(OpContext(CONV_NCHWC, {}, ["x", "w"], {}, 17, "n0", strategy=strategy), [x, w])
+        d = strategy.space([out]).default
+        assert (d["tile_oc"].val, d["tile_oh"].val, d["tile_ow"].val) == expect
+        compiled = compile_cpu([lower(strategy.schedule_group([out]), [x, w, out], "conv", target=target)],
+                               Target(target))
+        assert re.search(r"fmla\tv\d+\.4s", assembly(compiled.llvm_ir, Target(target)))
