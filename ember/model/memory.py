@@ -7,6 +7,9 @@ take an array's address, move inputs in and outputs out. Kernels only ever see a
 
 from __future__ import annotations
 
+import hashlib
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -86,6 +89,12 @@ class HostMemory:
         """Nothing to wait for: CPU kernels return when done."""
 
 
+#: Constants on a device by (device, dtype, shape, content digest), kept while a program holds
+#: them: :meth:`DeviceMemory.upload` gives every program the same copy of equal bytes.
+_ON_DEVICE: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
+_ON_DEVICE_LOCK = threading.Lock()
+
+
 class DeviceMemory:
     """Tensors in the memory of one GPU as :class:`~ember.runtime.gpu_array.GPUArray` s.
 
@@ -136,8 +145,19 @@ class DeviceMemory:
         return arr.data_ptr
 
     def upload(self, arr: np.ndarray) -> Any:
-        """A constant copied to the device once."""
-        return self._gpu.array(np.ascontiguousarray(arr), as_dtype(str(arr.dtype)), self.device)
+        """A constant copied to the device once, and shared by content: every program on this
+        device whose constant holds the same bytes (the variants of a model with symbolic
+        dimensions, models with the same weights) reads one copy while any of them holds it
+        (:data:`_ON_DEVICE`; kernels never write their constants)."""
+        a = np.ascontiguousarray(arr)
+        digest = hashlib.blake2b(a.reshape(-1).view(np.uint8), digest_size=20).hexdigest()
+        key = (self.device.kind, self.device.index, str(a.dtype), a.shape, digest)
+        with _ON_DEVICE_LOCK:
+            hit = _ON_DEVICE.get(key)
+            if hit is None:
+                hit = self._gpu.array(a, as_dtype(str(a.dtype)), self.device)
+                _ON_DEVICE[key] = hit
+        return hit
 
     def accept(self, name: str, value: Any) -> Any:
         """``value`` on this GPU: an ember GPU array or a DLPack tensor on this device is used in

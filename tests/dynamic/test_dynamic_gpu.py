@@ -41,3 +41,24 @@ def test_symbolic_batch_and_width_on_cuda(cuda_dev, rng) -> None:
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)  # float32, other summation order
     assert len(model.variants) == 2
+
+
+def test_variants_share_their_weights_on_the_device(cuda_dev, rng) -> None:
+    """Two variants of a symbolic-batch model read one device copy of each weight (constants are
+    uploaded by content), and still answer right."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    w = rng.standard_normal((64, 48)).astype(np.float32)
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, ["batch", 64])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["batch", 48])], [nh.from_array(w, "w")])
+    model = ember.compile(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), target="cuda")
+    for n in (2, 5):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        np.testing.assert_allclose(model(x)[0], np.maximum(x.astype(np.float64) @ w, 0), rtol=1e-5, atol=1e-5)
+    programs = [v._program for v in model._specializer._variants.values()]
+    assert len(programs) == 2
+    placed = [{a.data_ptr for a in p._placed[cuda_dev].values()} for p in programs]
+    assert placed[0] and placed[0] == placed[1]
