@@ -16,12 +16,12 @@ the transformed weights ``U[t]`` (``C x K``). The stages, all on blocked tensors
 H, W, ib]``, W ``OIHW{ib}i{ob}o`` ``[MB, CB, 3, 3, ib, ob]``, B ``C{ob}c`` ``[MB, ob]``, as the
 direct convolution takes them):
 
-* ``winograd_wt1``/``winograd_wt`` — the weight transform ``U = G g G^T``, computed in float64
-  and rounded once, stored ``[a*a, KP, CB*ib, nr]`` (for each point, the output channels in
-  column panels of ``nr``, the strategy's packed-GEMM panel width, zero-padded: ``KP = ceil(MB *
-  ob / nr)``). Flagged ``constant_layout``: with constant weights the model compiler computes it
-  at compile time (:func:`ember.model.group_lowering._fold_constant_stages`), as it packs GEMM
-  panels.
+* ``winograd_wt1``/``winograd_wt2``/``winograd_wt`` — the weight transform ``U = G g G^T``, two
+  reductions over the kernel's rows and columns in float64, rounded once, stored ``[a*a, KP,
+  CB*ib, nr]`` (for each point, the output channels in column panels of ``nr``, the strategy's
+  packed-GEMM panel width, zero-padded: ``KP = ceil(MB * ob / nr)``). Flagged
+  ``constant_layout``: with constant weights the model compiler computes it at compile time
+  (:func:`ember.model.group_lowering._fold_constant_stages`), as it packs GEMM panels.
 * ``winograd_in1``/``winograd_in`` — the input transform ``V[p, t, c] = (B^T d_p B)[t]`` for
   tile ``p = (n, th, tw)`` and input channel ``c``, ``[P, a*a, CB*ib]`` (a workspace; ``P = N *
   TH * TW``, ``TH = ceil(OH / m)``), in two halves (``B^T d``, then ``(B^T d) B``). The tile is
@@ -37,15 +37,24 @@ direct convolution takes them):
   convolution's consumers (residual add, ReLU, Clip) after them and the CPU strategy computes the
   whole epilogue in the one store of each output tile (:mod:`ember.strategy.cpu_winograd`).
 
-Every transform is written as explicit sums of the transform's non-zero coefficients, selected by
-the point (or output position) index; the schedule unrolls those indices, so each unrolled copy
-simplifies to its own sum (no multiplications by zero, none by one). Padding channels stay zero:
-padded input channels transform to zero and padded output channels have zero weights and bias.
+Every transform is a sum over the non-zero coefficients of its matrix row, the row picked by the
+point (or output position) index through selects of constants (:func:`_rows_applied`); the
+schedule unrolls those indices, so each unrolled copy simplifies to its own sum (no
+multiplications by zero, none by one). Padding channels stay zero: padded input channels
+transform to zero and padded output channels have zero weights and bias.
+
+Attributes besides the ONNX ``Conv`` ones: ``tile`` (``m``, 4 or 2), ``tile_rows`` (the tile
+count is padded to a multiple of it, so the GEMM's register tiles divide it: the padded tiles
+repeat the last one and are never read back) and ``fused`` (1: the input and the products are
+not workspaces but blocks of one row of tiles each, computed row by row:
+:func:`ember.strategy.cpu_winograd.schedule_winograd_fused`). The layout policy sets them.
 
 Numerics: the transforms' constants amplify rounding (F(4,3)'s ``B`` has entries up to 5 and its
-``A`` up to 8); measured against a float64 convolution the maximum error relative to the
-output's largest magnitude is ~1e-6 for F(2,3) and ~1e-5 for F(4,3) at 64-512 channels of unit
-normal data (the direct convolution: ~2e-7). See ``tests/cpu/test_winograd.py``.
+``A`` up to 8, and ``G`` divides by up to 24). Measured against a float64 convolution of
+unit-normal data, as the maximum error relative to the output's largest magnitude, at 64, 128,
+256 and 512 channels: F(4,3) 4.4e-6, 6.2e-6, 1.3e-5, 1.5e-5; F(2,3) 2.9e-7 to 8.7e-7; the direct
+convolution 8e-7 to 3.1e-6 (its sums run over 9 C products, the GEMM's over C). See
+``tests/cpu/test_winograd.py``.
 """
 
 from __future__ import annotations

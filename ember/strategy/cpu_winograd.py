@@ -1,20 +1,33 @@
 """CPU schedules of the Winograd convolution on blocked tensors (:mod:`ember.ops.winograd_nchwc`).
 
-Three kernel stages run at the root, each parallel over its outer loops:
+Two structures, chosen by the layout policy (the operator's ``fused`` attribute):
 
-* the **input transform** (tag ``winograd_in``, ``V[t, p, c]``): for each tile ``p`` and input
-  channel block (in parallel), the ``a*a`` points unrolled — each unrolled copy is its own sum of
-  the tile's vectors, the vectors of one channel block (``ib`` lanes) stored contiguously;
-* the **batched GEMM** (tag ``winograd_gemm``, ``M[t] = V[t] @ U[t]`` for each point ``t``):
-  the packed GEMM's register structure (``mr x nr`` tiles accumulated over the input channels in
-  registers, ``mr`` by the packed GEMM's cycle model among the heights that divide the tile
-  count), parallel over (point, row tile); knobs in :func:`winograd_gemm_space`;
+**All tiles at once** (transformed weights larger than 1 MiB: read once per call). Three stages
+at the root, each parallel over its outer loops:
+
+* the **input transform** (tag ``winograd_in``, ``V[p, t, c]``, a workspace): for each tile
+  ``p`` and input channel block (in parallel), ``B^T d`` (tag ``winograd_in1``, ``a x a``
+  vectors in registers) then the ``a*a`` points unrolled — each unrolled copy is its own sum of
+  vectors, the vectors of one channel block (``ib`` lanes) stored contiguously;
+* the **batched GEMM** (tag ``winograd_gemm``, ``M[p, t, :] = V[p, t, :] @ U[t]`` for each
+  point ``t``): the packed GEMM's register structure (``mr x nr`` tiles accumulated over the
+  input channels in registers; ``mr`` by the packed GEMM's cycle model among the heights that
+  divide the tile count, which the operator pads for it), points outermost so one point's
+  weights stay in L2 while its tiles pass, parallel over (point, row tile); knobs in
+  :func:`winograd_gemm_space`;
 * the **output transform** with the epilogue: the transform is injective, so it is inlined into
   the stage that stores the convolution's consumers (bias, residual add, activation, clip);
-  :func:`schedule_winograd_store` tiles that stage's output rows and columns by ``m``, unrolls each
-  ``m x m`` tile (so every output position simplifies to its own sum of the GEMM's vectors) and
-  vectorizes the channel block: the epilogue runs in the transform's registers, before the one
-  store. A partial last tile row or column is guarded.
+  :func:`schedule_winograd_store` tiles that stage's output rows and columns by ``m``, computes
+  ``A^T M`` (tag ``winograd_out1``, ``m x a`` vectors) in registers per tile, unrolls the ``m x
+  m`` positions (each simplifies to its own sum) and vectorizes the channel block: the epilogue
+  runs in registers before the one store. A partial last tile row or column is guarded. When
+  what follows the epilogue has another shape (the layout transform back to NCHW), the last
+  stage of the blocked shape is stored (``compute_root``) and the rest reads it.
+
+**Row by row** (:func:`schedule_winograd_fused`, weights up to 1 MiB: they stay in L2): for each
+row of output tiles in parallel, the input transform of the row, its GEMM for every point and
+the output transform with the epilogue, so the row's transformed input and products (``TW x
+a*a x C`` floats) stay in the core's cache instead of going through memory.
 
 The weight transform (tag ``winograd_wt``) is folded at compile time for constant weights; with
 run-time weights (only in tests that build the operator by hand) it runs as a plain root stage.
