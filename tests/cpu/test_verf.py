@@ -37,7 +37,7 @@ def _grid() -> np.ndarray:
 
 
 @pytest.mark.parametrize("vector", [True, False])
-def test_erf_f32_within_one_ulp_of_float64(vector: bool) -> None:
+def test_erf_f32_within_one_and_a_half_ulp_of_float64(vector: bool) -> None:
     grid = _grid()
     n = grid.size - grid.size % 16
     grid = grid[:n]
@@ -48,11 +48,12 @@ def test_erf_f32_within_one_ulp_of_float64(vector: bool) -> None:
     ref[fin] = np.frompyfunc(math.erf, 1, 1)(grid[fin].astype(np.float64)).astype(np.float64)
     ref32 = ref.astype(np.float32)
     ok = fin & (ref32 != 0)
-    # error in units of the float32 result's last place: correctly rounded except near a
-    # rounding boundary (<= 1 ulp; the double result is within ~1e-11 relative, 2e-10 at 4.5)
+    # error in units of the float32 result's last place: evaluated in float32 with FMAs, the
+    # result is within 1.5 ulp (1.32 seen) and correctly rounded for ~95 % of inputs (the module
+    # docstring says why float32 and not double)
     err = np.abs(out[ok].astype(np.float64) - ref[ok]) / np.spacing(np.abs(ref32[ok])).astype(np.float64)
-    assert err.max() <= 1.0, f"max error {err.max():.3f} ulp at x = {grid[ok][err.argmax()]!r}"
-    assert (err <= 0.5 + 1e-6).mean() > 0.9999
+    assert err.max() <= 1.5, f"max error {err.max():.3f} ulp at x = {grid[ok][err.argmax()]!r}"
+    assert (err <= 0.5 + 1e-6).mean() > 0.9
     zero = grid == 0
     np.testing.assert_array_equal(np.signbit(out[zero]), np.signbit(grid[zero]))  # -0.0 stays -0.0
     tiny = fin & (ref32 == 0) & ~zero

@@ -25,8 +25,9 @@ CPU_FORMAT = "ember-cpu-module/1"
 #: 5: float32 exp inline (:mod:`.vexp`).
 #: 6: ``ember_parallel_for`` takes a fifth argument, the pool mode (dynamic or static).
 #: 7: float32 tanh inline (:mod:`.vtanh`, <= 1 ulp).
-#: 8: float32 erf inline (:mod:`.verf`, <= 1 ulp).
-CODEGEN_REVISION = 8
+#: 8: float32 erf inline in double (:mod:`.verf`, <= 1 ulp).
+#: 9: float32 erf inline in float32 (:mod:`.verf`, <= 1.5 ulp, four times faster than 8).
+CODEGEN_REVISION = 9
 
 
 class CPUBackend(Backend):
