@@ -161,3 +161,26 @@ def test_more_threads_than_static_chunks() -> None:
     env = dict(os.environ, OMP_NUM_THREADS="40")
     out = subprocess.run([sys.executable, "-c", _MANY], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def _forked_child(q) -> None:
+    n = 40009
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    ok = bool((_run(_kernel(n, True), n, x) == x * 2.0 + np.arange(n, dtype=np.float32)).all())
+    q.put("ok" if ok else "wrong")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_a_forked_child_runs_static_loops(rng) -> None:
+    # the child has no pool workers: the caller runs its own block, then takes every other one
+    import multiprocessing
+
+    n = 40009
+    x = rng.standard_normal(n).astype(np.float32)
+    _run(_kernel(n, True), n, x)  # the pool's workers exist in this process now
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_forked_child, args=(q,))
+    p.start()
+    p.join(timeout=60)
+    assert p.exitcode == 0 and q.get(timeout=5) == "ok"
