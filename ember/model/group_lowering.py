@@ -69,7 +69,7 @@ def lower_groups(
     strategy = _strategy(target, gpu, tf32)
     funcs, steps = [], []
     memo = LoweringMemo()  # repeated layers are lowered once
-    packed: dict[tuple[Any, ...], str] = {}  # folded constants by content: one copy per distinct value
+    packed: dict[tuple[Any, ...], list[str]] = {}  # folded constants by content: one copy per distinct value
     for k, gr in enumerate(groups):
         if _group_is_view(gr, graph):
             steps.append({"kind": "view", "src": gr.nodes[0].inputs[0], "dst": gr.outputs[0], **_node_info(gr)})
@@ -149,19 +149,19 @@ def _strategy(target: Target | str | None, gpu: bool, tf32: bool = False) -> Str
 
 def _fold_constant_stages(
     outs: list[te.Tensor], consts: dict[int, str], graph: Graph, fname: str,
-    packed: dict[tuple[Any, ...], str] | None = None,
+    packed: dict[tuple[Any, ...], list[str]] | None = None,
 ) -> tuple[list[te.Tensor], list[tuple[str, te.Tensor]]]:
     """Layout transforms of constants, computed at compile time. Every stage flagged
     ``constant_layout`` (a matrix product's right operand packed into column panels) that
     depends only on constants (directly or through other computed stages) is evaluated once
     with ember's NumPy reference (:func:`ember.te.evaluate`); its value becomes a new graph
     constant, which the kernel reads through a new placeholder instead of repacking on every
-    call. ``packed`` (shared by the kernels of one compile) maps each folded value's content
-    to its constant: kernels that fold the same weights the same way (a recurrent layer's steps,
-    each a kernel of its own reading one recurrent weight matrix) read one copy, so a
-    matrix-vector product called once per step finds its operand in cache instead of a fresh
-    copy per step. Returns the rewritten outputs and the (constant name, placeholder) pairs to
-    pass."""
+    call. ``packed`` (shared by the kernels of one compile) maps a digest of each folded value
+    to its constants (a match is confirmed by comparing every byte): kernels that fold the
+    same weights the same way (a recurrent layer's steps, each a kernel of its own reading one
+    recurrent weight matrix) read one copy, so a matrix-vector product called once per step
+    finds its operand in cache instead of a fresh copy per step. Returns the rewritten outputs
+    and the (constant name, placeholder) pairs to pass."""
     from ..te.reference import evaluate
 
     folded: list[tuple[str, te.Tensor]] = []
@@ -181,15 +181,20 @@ def _fold_constant_stages(
             return None
         t = op.output(0)
         (value,) = evaluate([t], {x: graph.consts[consts[id(x.op)]] for x in srcs})
-        flat = np.ascontiguousarray(np.asarray(value).reshape(-1))
-        key = (tuple(np.shape(value)), str(flat.dtype), hashlib.sha256(flat.view(np.uint8)).digest())
-        name = packed.get(key) if packed is not None else None
-        if name is None or name in {n for n, _ in folded}:
+        # keyed by a digest of a sample of the bytes (hashing every byte of the large packed
+        # weights cost more than the comparison that confirms a match)
+        raw = np.ascontiguousarray(np.asarray(value).reshape(-1)).view(np.uint8)
+        step = max(1, raw.size // 65536)
+        key = (tuple(np.shape(value)), str(np.asarray(value).dtype), hashlib.sha256(raw[::step].tobytes()).digest())
+        same = [n for n in (packed or {}).get(key, [])  # the same bytes (-0.0 is not 0.0, NaN matches)
+                if np.array_equal(np.ascontiguousarray(np.asarray(graph.consts[n]).reshape(-1)).view(np.uint8), raw)]
+        name = same[0] if same and same[0] not in {n for n, _ in folded} else None
+        if name is None:
             name = f"{fname}__const{len(folded)}"
             graph.consts[name] = value
             graph.values[name] = TensorInfo(value.shape, str(value.dtype))
             if packed is not None:
-                packed[key] = name
+                packed.setdefault(key, []).append(name)
         ph = te.placeholder(te_shape(t), str(t.dtype), name=uname("pk"))
         folded.append((name, ph))
         return ph
