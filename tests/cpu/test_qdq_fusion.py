@@ -204,3 +204,18 @@ def test_maxpool_of_quantized_values_is_integer(dt: str, attrs: dict) -> None:
     got = np.asarray(ember.compile(m, use_cache=False)(x=x))
     ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got.reshape(ref.shape), ref)
+
+
+def test_missing_scale_in_a_group_names_the_node() -> None:
+    """A DequantizeLinear of the weights without its scale: the model's validation (as ONNX
+    Runtime's) and, with validation skipped, the operator itself name the node."""
+    from ember.driver import compile_graph
+
+    b = _Builder(12)
+    x = b.q("x", 0.02, 10)
+    w = b.node("DequantizeLinear", [b.const(np.ones((17, 4, 1, 1), np.int8)), ""], name="no_scale")
+    m = b.model({"x": [1, 4, 5, 7]}, b.q(b.node("Conv", [x, w]), 0.05, 0))
+    for compile_it in (lambda: ember.compile(m, use_cache=False),
+                       lambda: compile_graph(import_onnx(m, validate=False))):
+        with pytest.raises(EmberError, match="no_scale"):
+            compile_it()
