@@ -8,7 +8,7 @@ written: its QDQ transformers rewrite each ``DequantizeLinear``s -> op -> ``Quan
 group into the op's integer kernel. :class:`FuseQDQ` does the same, so that the result is
 ONNX Runtime's:
 
-* ``DQ(x), DQ(w) [, DQ(b)] -> Conv -> Q``  ->  ``QLinearConv`` (integer accumulation; the bias
+* ``DQ(x), DQ(w) [, DQ(b)] -> Conv -> Q`` (2-D, group 1)  ->  ``QLinearConv`` (integer accumulation; the bias
   is the int32 of its ``DequantizeLinear``, which must have zero point 0 and scale
   ``x_scale * w_scale``; the sum requantized by ``x_scale * w_scale / y_scale`` in float32,
   rounded half to even, saturated);
@@ -202,7 +202,9 @@ class _Rewriter:
             return None
         xa = self._activation(op.inputs[0])
         wv = self.g.consts.get(self.prod[op.inputs[1]].inputs[0]) if op.inputs[1] in self.prod else None
-        if xa is None or wv is None:
+        # 2-D, group 1: the convolutions ember's integer kernels are fast for (a grouped or 1-D/3-D
+        # one stays on the float kernels, which the layout pass blocks)
+        if xa is None or wv is None or wv.ndim != 4 or int(op.attrs.get("group", 1)) != 1:
             return None
         wa = self._weights(op.inputs[1], 0, int(wv.shape[0]))
         if wa is None:

@@ -219,3 +219,18 @@ def test_missing_scale_in_a_group_names_the_node() -> None:
                        lambda: compile_graph(import_onnx(m, validate=False))):
         with pytest.raises(EmberError, match="no_scale"):
             compile_it()
+
+
+def test_depthwise_conv_stays_on_the_float_kernels() -> None:
+    """A grouped convolution is left to the float kernels (ember's integer convolutions are group
+    1); the model still gives ONNX Runtime's values within one step."""
+    b = _Builder(13)
+    x = b.q("x", 0.03, 128)
+    w = b.dq_const(b.rng.integers(-127, 128, (6, 1, 3, 3)).astype(np.int8), np.full(6, 0.01, np.float32),
+                   np.zeros(6, np.int8))
+    out = b.q(b.node("Conv", [x, w], group=6, pads=[1, 1, 1, 1]), 0.02, 128)
+    m = b.model({"x": [1, 6, 9, 11]}, out)
+    ops = _ops(m)
+    assert "Conv" in ops and "QLinearConv" not in ops, ops
+    x = np.random.default_rng(14).standard_normal((1, 6, 9, 11)).astype(np.float32)
+    _run_both(m, {"x": x}, 0.02, exact_share=0.99)
