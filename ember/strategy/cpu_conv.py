@@ -9,7 +9,8 @@ input value per output column and loads one weight vector per channel block, so 
 a chain of vector FMAs with no packing of the input. The epilogue (bias, batch-norm folded into
 the weights, residual add, activation, clip — the fused consumers in the same blocked layout) is
 applied to the register block before its one store. The same function schedules a depthwise
-convolution (``tile_ow`` accumulators of one channel vector, the taps outside). Their knobs
+convolution and the blocked max pool (``PER_CHANNEL_TAGS``: ``tile_ow`` accumulators of one
+channel vector, the taps outside). Their knobs
 (:func:`conv_nchwc_space`): ``tile_ow``, ``tile_oh`` (output rows per block; default 1: two
 rows measured slower here, the larger block spilling), ``tile_oc`` (direct only), ``unroll``
 (the register block's loops; for a depthwise convolution also the taps of a kernel row, whose
