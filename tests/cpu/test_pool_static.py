@@ -184,3 +184,27 @@ def test_a_forked_child_runs_static_loops(rng) -> None:
     p.start()
     p.join(timeout=60)
     assert p.exitcode == 0 and q.get(timeout=5) == "ok"
+
+
+def test_static_and_dynamic_kernels_from_two_python_threads_at_once() -> None:
+    # one thread's static jobs and the other's dynamic jobs share the pool (whichever finds it
+    # busy runs its loop serially): every result stays exact
+    n = 30011
+    kernels = [_kernel(n, True), _kernel(n, False)]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        r = np.random.default_rng(k)
+        try:
+            for _ in range(100):
+                x = r.standard_normal(n).astype(np.float32)
+                np.testing.assert_array_equal(_run(kernels[k % 2], n, x), x * 2.0 + np.arange(n, dtype=np.float32))
+        except AssertionError as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert not errors and not any(t.is_alive() for t in ts)
