@@ -234,3 +234,27 @@ def test_depthwise_conv_stays_on_the_float_kernels() -> None:
     assert "Conv" in ops and "QLinearConv" not in ops, ops
     x = np.random.default_rng(14).standard_normal((1, 6, 9, 11)).astype(np.float32)
     _run_both(m, {"x": x}, 0.02, exact_share=0.99)
+
+
+@pytest.mark.parametrize("dt", ["uint8", "int8"])
+def test_qlinear_add_is_onnxruntime_exactly(dt: str) -> None:
+    """com.microsoft QLinearAdd computes as ONNX Runtime's vectorized kernel (scale ratios, a
+    fixed part, two fused multiply-adds, half to even, saturation): the same bytes, including a
+    broadcast operand, at sizes no vector divides."""
+    tp = TP.UINT8 if dt == "uint8" else TP.INT8
+    lo, hi = (0, 256) if dt == "uint8" else (-128, 128)
+    rng = np.random.default_rng(15 + len(dt))
+    consts = {"sa": np.array(0.037, np.float32), "za": np.array(rng.integers(lo, hi), dt),
+              "sb": np.array(0.061, np.float32), "zb": np.array(rng.integers(lo, hi), dt),
+              "sc": np.array(0.049, np.float32), "zc": np.array(rng.integers(lo, hi), dt)}
+    node = oh.make_node("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], ["y"], domain="com.microsoft")
+    g = oh.make_graph([node], "g", [oh.make_tensor_value_info("a", tp, [2, 37, 13, 11]),
+                                    oh.make_tensor_value_info("b", tp, [37, 1, 11])],
+                      [oh.make_tensor_value_info("y", tp, None)], [nh.from_array(v, k) for k, v in consts.items()])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 21), oh.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 10
+    a = rng.integers(lo, hi, (2, 37, 13, 11)).astype(dt)
+    b = rng.integers(lo, hi, (37, 1, 11)).astype(dt)
+    got = np.asarray(ember.compile(m, use_cache=False)(a=a, b=b))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a, "b": b})[0]
+    np.testing.assert_array_equal(got.reshape(ref.shape), ref)
