@@ -13,15 +13,16 @@ at compile time. An input with fewer channels than ``x`` (an image's 3) is read 
 A float32 3x3 ``Conv`` with stride 1, dilation 1, ``group == 1`` and at least 16 input and output
 channels runs as ``ember.WinogradConvNCHWc`` (:mod:`ember.ops.winograd_nchwc`) instead, on the
 same layouts: F(4x4, 3x3) when the output has at least 9 tiles of 4 x 4 per image, else F(2x2,
-3x3) when it has 9 tiles of 2 x 2 (:meth:`CPULayoutPolicy.use_winograd`). Measured (one thread,
-AVX-512, through ``ember.compile``, weights cold in the caches as inside a network): the direct
-convolution takes 1.3 / 1.2 / 1.2 / 1.2 ms for ResNet-50's 56x56x64 / 28x28x128 / 14x14x256 /
-7x7x512 layers, Winograd 0.85 / 0.72 / 0.76 (F(4,3)) and 1.07 (F(2,3)); F(4,3) on 7x7 (2 x 2
-tiles) 1.25: its transformed weights (36/9 of the direct ones) stream from memory for 4 tiles
-each. At 16 and 32 channels (56x56, 28x28) Winograd is still 1.1-1.8x faster, so the threshold
-is one AVX-512 block. ``CPULayoutPolicy(target, winograd=False)`` keeps every convolution
-direct. Transformed weights up to ``WINOGRAD_ROW_BY_ROW_BYTES`` (1 MiB) run row by row
-(``fused``), larger ones every tile of a point at once (the weights are then read once).
+3x3) when it has 9 tiles of 2 x 2 and at least 256 channels
+(:meth:`CPULayoutPolicy.use_winograd`). Measured (one thread, AVX-512, through
+``ember.compile``, weights cold in the caches as inside a network): the direct convolution takes
+1.35 / 1.17 / 1.15 / 1.28 ms for ResNet-50's 56x56x64 / 28x28x128 / 14x14x256 / 7x7x512 layers,
+Winograd 0.75 / 0.72 / 0.76 (F(4,3)) and 1.06 (F(2,3)); F(4,3) on 7x7 (2 x 2 tiles) 1.25: its
+transformed weights (36/9 of the direct ones) stream from memory for 4 tiles each. At 16 and 32
+channels (56x56, 28x28) F(4,3) is still 1.1-1.8x faster, so the threshold is one AVX-512 block.
+``CPULayoutPolicy(target, winograd=False)`` keeps every convolution direct. Transformed weights
+up to ``WINOGRAD_ROW_BY_ROW_BYTES`` (1 MiB) run row by row (``fused``), larger ones every tile
+of a point at once (the weights are then read once).
 
 A global average or max pooling (a classifier's head) reads the blocked tensor too
 (``ember.GlobalPoolNCHWc``), so only the pooled vector is converted back.
@@ -48,6 +49,10 @@ WINOGRAD_MIN_CHANNELS = 16
 #: ... and at least this many output tiles per image (of 4 x 4 for F(4x4, 3x3), else of 2 x 2 for
 #: F(2x2, 3x3)).
 WINOGRAD_MIN_TILES = 9
+#: F(2x2, 3x3) (outputs too small for 9 tiles of 4 x 4) needs this many input and output channels:
+#: measured one thread, weights cold, 7x7: 512 channels 1.07 ms against 1.27 direct, 256 0.42
+#: against 0.46, but 128 0.22 against 0.21 and 64 0.16 against 0.16 (8x8x32 0.15 against 0.13).
+WINOGRAD_F2_MIN_CHANNELS = 256
 #: Transformed weights up to this size run row by row (``fused=1``, see
 #: :meth:`CPULayoutPolicy.winograd_attrs`).
 WINOGRAD_ROW_BY_ROW_BYTES = 1 << 20
@@ -71,7 +76,8 @@ class CPULayoutPolicy:
         (``winograd``), for a 3x3 kernel with stride 1, dilation 1, ``group == 1``, at least
         ``WINOGRAD_MIN_CHANNELS`` input and output channels; F(4x4, 3x3) with at least
         ``WINOGRAD_MIN_TILES`` output tiles of 4 x 4 per image (12 x 12 outputs and more), else
-        F(2x2, 3x3) with at least as many tiles of 2 x 2 (6 x 6 and more), else None."""
+        F(2x2, 3x3) with at least as many tiles of 2 x 2 (6 x 6 and more) and
+        ``WINOGRAD_F2_MIN_CHANNELS`` channels, else None."""
         if not self.winograd:
             return None
         x, w = site.inputs[0], site.inputs[1]
@@ -84,9 +90,10 @@ class CPULayoutPolicy:
         if min(c, k) < WINOGRAD_MIN_CHANNELS or not site.outputs or len(site.outputs[0].shape) != 4:
             return None
         oh, ow = site.outputs[0].shape[2], site.outputs[0].shape[3]
-        for m in (4, 2):
-            if -(-oh // m) * -(-ow // m) >= WINOGRAD_MIN_TILES:
-                return m
+        if -(-oh // 4) * -(-ow // 4) >= WINOGRAD_MIN_TILES:
+            return 4
+        if min(c, k) >= WINOGRAD_F2_MIN_CHANNELS and -(-oh // 2) * -(-ow // 2) >= WINOGRAD_MIN_TILES:
+            return 2
         return None
 
     def winograd_attrs(self, site: LayoutSite, tile: int) -> dict[str, Any]:

@@ -155,7 +155,8 @@ def test_policy_places_winograd_where_it_pays():
     direct = [
         _site(8, 64),  # too few input channels
         _site(64, 12),  # too few output channels
-        _site(64, 64, hw=4),  # 2 x 2 output tiles even of F(2x2, 3x3)
+        _site(512, 512, hw=4),  # 2 x 2 output tiles even of F(2x2, 3x3)
+        _site(128, 128, hw=7),  # F(2x2, 3x3) pays from 256 channels
         _site(64, 64, strides=[2, 2]),
         _site(64, 64, dilations=[2, 2]),
         _site(64, 64, k=1),
