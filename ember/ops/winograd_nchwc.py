@@ -17,9 +17,10 @@ H, W, ib]``, W ``OIHW{ib}i{ob}o`` ``[MB, CB, 3, 3, ib, ob]``, B ``C{ob}c`` ``[MB
 direct convolution takes them):
 
 * ``winograd_wt1``/``winograd_wt2``/``winograd_wt`` — the weight transform ``U = G g G^T``, two
-  reductions over the kernel's rows and columns in float64, rounded once, stored ``[a*a, KP,
-  CB*ib, nr]`` (for each point, the output channels in column panels of ``nr``, the strategy's
-  packed-GEMM panel width, zero-padded: ``KP = ceil(MB * ob / nr)``). Flagged
+  reductions over the kernel's rows and columns in float64, rounded once, stored ``[a, a, KP,
+  CB*ib, nr]`` (for each point ``(xi, nu)``, the output channels in column panels of ``nr``, the
+  strategy's packed-GEMM panel width, zero-padded: ``KP = ceil(MB * ob / nr)``; the points as
+  two axes, so the compile-time evaluation reads each intermediate value once). Flagged
   ``constant_layout``: with constant weights the model compiler computes it at compile time
   (:func:`ember.model.group_lowering._fold_constant_stages`), as it packs GEMM panels.
 * ``winograd_in1``/``winograd_in`` — the input transform ``V[p, t, c] = (B^T d_p B)[t]`` for
@@ -27,10 +28,11 @@ direct convolution takes them):
   TH * TW``, ``TH = ceil(OH / m)``), in two halves (``B^T d``, then ``(B^T d) B``). The tile is
   read in place (:func:`ember.ops.conv_nchwc.masked_read`): rows and columns outside the image
   — the padding and the part of a last tile past the output — read exactly zero.
-* ``winograd_gemm`` — ``M[p, t, k] = sum_c V[p, t, c] U[t, k // nr, c, k % nr]``, ``[P, a*a,
-  KP*nr]`` (a workspace; ``attrs`` ``nr``, ``K``, ``tile`` and the output shape ``out``). Tiles
-  outermost in both buffers, so that one tile's ``a*a`` points are near each other for the
-  transforms (points outermost, 36 rows a power of two apart, conflicted in the caches).
+* ``winograd_gemm`` — ``M[p, t, k] = sum_c V[p, t, c] U[t // a, t % a, k // nr, c, k % nr]``,
+  ``[P, a*a, KP*nr]`` (a workspace; ``attrs`` ``nr``, ``K``, ``tile``, the output shape
+  ``out``). Tiles outermost in both buffers, so that one tile's ``a*a`` points are near each
+  other for the transforms (points outermost put 36 rows a power of two apart, conflicting in
+  the caches).
 * ``winograd_out1``/``winograd_out`` — the output transform ``Y[n, kb, oh, ow, ki] = (A^T M_p
   A)[oh % m, ow % m]`` at ``k = kb * ob + ki``, ``[N, MB, OH, OW, ob]``, in two halves; then the
   bias. Both are injective, so the fusion pass puts the
@@ -176,7 +178,7 @@ def winograd_geometry(h: int, w: int, lo: list[int], hi: list[int], m: int) -> t
 
 def weight_transform(w: Tensor, m: int, nr: int) -> Tensor:
     """``U = G g G^T`` of blocked 3x3 weights ``w`` (``[MB, CB, 3, 3, ib, ob]``) for F(m, 3):
-    ``[a*a, KP, CB*ib, nr]`` float32 (``KP = ceil(MB*ob / nr)``, zero beyond the blocked output
+    ``[a, a, KP, CB*ib, nr]`` float32 (``KP = ceil(MB*ob / nr)``, zero beyond the blocked output
     channels), computed in float64 and rounded once. Flagged ``constant_layout`` (folded at
     compile time when ``w`` is a constant)."""
     mb, cb, kh, kw, ib, ob = shape(w)
@@ -202,10 +204,10 @@ def weight_transform(w: Tensor, m: int, nr: int) -> Tensor:
                  name=uname("winograd_wt1"))
     r2 = te.reduce_axis((0, 3), name="wq")
 
-    def wt2(t: Any, kq: Any, c: Any, kn: Any) -> Any:
-        return te.sum(gc(E.floormod(t, a), r2.var) * g1[E.floordiv(t, a), r2.var, c, kq * nr + kn], axis=r2)
+    def wt2(xi: Any, nu: Any, kq: Any, c: Any, kn: Any) -> Any:  # the points as two axes: no index
+        return te.sum(gc(nu, r2.var) * g1[xi, r2.var, c, kq * nr + kn], axis=r2)  # reads g1 twice
 
-    u64 = compute((a * a, kp, cb * ib, nr), wt2, name=uname("winograd_wt2"))
+    u64 = compute((a, a, kp, cb * ib, nr), wt2, name=uname("winograd_wt2"))
     return compute(shape(u64), lambda *i: cast(u64[i], "float32"), name=uname("winograd_wt"), tag="winograd_wt",
                    constant_layout=True)
 
@@ -255,7 +257,7 @@ def winograd_conv_nchwc(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None =
     dt = "float32"
 
     u = weight_transform(w, m, nr)
-    kp = shape(u)[1]
+    kp = shape(u)[2]
 
     def tile_of(p: Any) -> tuple[Any, Any, Any]:
         if ntiles != real_tiles:
@@ -279,8 +281,12 @@ def winograd_conv_nchwc(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None =
     v = compute((ntiles, a * a, cp), vin, name=uname("winograd_in"), tag="winograd_in", workspace=not fused,
                 materialize=True, attrs={"tile": m, "block": ib, "fused": int(fused)})
     rc = te.reduce_axis((0, cp), name="rc")
-    mm = compute((ntiles, a * a, kp * nr),
-                 lambda p, t, k: te.sum(v[p, t, rc.var] * u[t, E.floordiv(k, nr), rc.var, E.floormod(k, nr)], axis=rc),
+
+    def gemm(p: Any, t: Any, k: Any) -> Any:
+        wt = u[E.floordiv(t, a), E.floormod(t, a), E.floordiv(k, nr), rc.var, E.floormod(k, nr)]
+        return te.sum(v[p, t, rc.var] * wt, axis=rc)
+
+    mm = compute((ntiles, a * a, kp * nr), gemm,
                  name=uname("winograd_gemm"), tag="winograd_gemm", workspace=not fused, materialize=True,
                  attrs={"nr": nr, "K": cp, "tile": m, "out": (n_, mb, oh_, ow_, ob), "fused": int(fused),
                         "tiles_per_row": tw_})
