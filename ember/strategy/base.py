@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from .. import te
 from ..arith import simplify
 from ..ir import expr as E
+from ..ir.visitor import free_vars, post_order_visit
 from ..target import Target
 from ..te import ComputeOp, IterVar, Tensor
 from ..te.tensor_intrin import MatrixIntrinsic
@@ -155,3 +156,20 @@ def first_tagged(outs: Sequence[Tensor], tag: str) -> ComputeOp | None:
         if isinstance(op, ComputeOp) and op.tag == tag:
             return op
     return None
+
+
+def reads_reduced_innermost(op: ComputeOp) -> bool:
+    """True when ``op`` reads some tensor with a reduction variable in its last index: the
+    values one output combines lie next to each other in memory (a row sum), so a split of the
+    reduction (GPU threads, CPU vector lanes) reads consecutive addresses; False for a column
+    sum, whose consecutive outputs read consecutive addresses instead."""
+    rvars = {iv.var for iv in op.reduce_axis}
+    found: list[bool] = []
+
+    def visit(n: object) -> None:
+        if isinstance(n, E.ProducerLoad) and n.indices and rvars & set(free_vars(n.indices[-1])):
+            found.append(True)
+
+    for b in op.body:
+        post_order_visit(b, visit)
+    return bool(found)

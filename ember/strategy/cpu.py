@@ -19,6 +19,7 @@ from .. import te
 from ..ops.layout import CPULayout
 from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
+from ..te.tensor import IterKind
 from .base import Strategy, extent
 from .cpu_conv import (
     NCHWC_TAGS,
@@ -30,6 +31,7 @@ from .cpu_conv import (
 )
 from .cpu_gemm import is_fused_product, packed_gemm_space, schedule_fast
 from .cpu_layout import CPULayoutPolicy
+from .cpu_reduce import row_reduction_lanes, split_row_reduction
 from .cpu_winograd import WINOGRAD_TAGS, schedule_winograd
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
 
@@ -177,6 +179,14 @@ def schedule_group(
         if parallel and schedule_fast(s, stage, strategy, handled, config if op is tuned else None):
             continue
         if stage.attach == "root":
+            lanes = row_reduction_lanes(op, strategy.target.vector_lanes(op.output(0).dtype.bits)) \
+                if parallel and isinstance(op, ComputeOp) and op.is_reduction else None
+            if lanes:  # a row sum: vector partials in registers (cpu_reduce)
+                rf = split_row_reduction(s, stage, lanes)
+                schedule_root(stage, parallel)
+                data = [iv for iv in stage.leaf_iter_vars if iv.kind is not IterKind.REDUCE]
+                s[rf].compute_at(stage, data[-1])
+                continue
             if isinstance(op, ComputeOp) and op.is_reduction and op.axis:
                 # Accumulate in a local (a register) and store each result once.
                 outs_r = [op.output(k) for k in range(op.num_outputs)]

@@ -44,13 +44,12 @@ from .. import te
 from ..arith import simplify
 from ..ir import expr as E
 from ..ir.dtypes import dtype as as_dtype
-from ..ir.visitor import free_vars, post_order_visit
 from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
 from ..te.rewrite import rewrite
 from ..te.tensor import IterKind, IterVar, Range
 from ..te.tensor_intrin import INTRINSICS, MatrixIntrinsic
-from .base import Strategy, extent, first_tagged
+from .base import Strategy, extent, first_tagged, reads_reduced_innermost
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
 from .tensorcore import (
     model_tensorcore_space,
@@ -219,23 +218,6 @@ def _reduce_extent(op: ComputeOp) -> int | None:
     return total
 
 
-def _reads_reduced_innermost(op: ComputeOp) -> bool:
-    """True when ``op`` reads some tensor with a reduction variable in its last index: the
-    values one output combines lie next to each other in memory, so threads that split the
-    reduction read consecutive addresses (a row sum); False for a column sum, where one thread
-    per output already reads consecutively across the warp."""
-    rvars = {iv.var for iv in op.reduce_axis}
-    found: list[bool] = []
-
-    def visit(n: object) -> None:
-        if isinstance(n, E.ProducerLoad) and n.indices and rvars & set(free_vars(n.indices[-1])):
-            found.append(True)
-
-    for b in op.body:
-        post_order_visit(b, visit)
-    return bool(found)
-
-
 def cross_thread_threads(op: ComputeOp) -> int | None:
     """Threads that should split each output of reduction ``op`` (a power of two from 32 to
     :data:`THREADS`, about one per :data:`CROSS_THREAD_PER` values), or None when one thread per
@@ -250,7 +232,7 @@ def cross_thread_threads(op: ComputeOp) -> int | None:
     if op.tag == "matmul" and outputs >= MATMUL_FLAT_OUTPUTS:
         return None  # a matrix product with many outputs: a thread per output reuses rows in cache
     kr = _reduce_extent(op)
-    if kr is None or kr < CROSS_THREAD_MIN or not _reads_reduced_innermost(op):
+    if kr is None or kr < CROSS_THREAD_MIN or not reads_reduced_innermost(op):
         return None
     want = max(32, kr // CROSS_THREAD_PER)
     return int(min(THREADS, 1 << (want.bit_length() - 1)))
