@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ops.conv_nchwc import CONV_NCHWC, DEPTHWISE_NCHWC, GLOBAL_POOL_NCHWC
+from ..ops.conv_nchwc import CONV_NCHWC, DEPTHWISE_NCHWC, GLOBAL_POOL_NCHWC, MAXPOOL_NCHWC
 from ..ops.layout import CPULayout
 from ..ops.layout_transform import LayoutSite, NodeLayouts, ValueLayout
 from ..ops.winograd_nchwc import WINOGRAD_NCHWC
@@ -123,6 +123,12 @@ class CPULayoutPolicy:
             vl = ValueLayout.of("NCHW", f"NCHW{self.block}c")
             mode = "avg" if site.op == "GlobalAveragePool" else "max"
             return NodeLayouts([vl], [vl], op=GLOBAL_POOL_NCHWC, attrs={"mode": mode})
+        if site.op == "MaxPool":
+            x = site.inputs[0] if site.inputs else None
+            if x is None or len(x.shape) != 4 or x.dtype != "float32" or len(site.outputs) != 1:
+                return None
+            vl = ValueLayout.of("NCHW", f"NCHW{self.block}c")
+            return NodeLayouts([vl], [vl], op=MAXPOOL_NCHWC, attrs=dict(site.attrs))
         if site.op != "Conv" or len(site.inputs) < 2:
             return None
         x, w = site.inputs[0], site.inputs[1]
