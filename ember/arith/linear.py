@@ -12,6 +12,13 @@ from typing import Any
 from ..ir import expr as E
 from ..ir.dtypes import DataType
 
+#: keys of composite expressions already computed: ``id(node) -> (node, key)``. The node is
+#: held so its id is not reused while the entry lives; nodes are immutable, so a key never goes
+#: stale. Cleared when it grows past ``_KEY_CACHE_LIMIT`` entries.
+_KEY_CACHE: dict[int, tuple[Any, Any]] = {}
+_KEY_CACHE_LIMIT = 200_000
+_KEY_FIELDS: dict[type, tuple[str, ...]] = {}
+
 
 def structural_key(e: Any) -> Any:
     """A hashable key equal for structurally equal expressions (variables by identity)."""
@@ -22,10 +29,15 @@ def structural_key(e: Any) -> Any:
     if isinstance(e, E.FloatImm):
         return ("f", str(e.dtype), e.value)
     if isinstance(e, E.PrimExpr):
-        parts: list[Any] = [type(e).__name__, str(e.dtype)]
-        for name in getattr(type(e), "__dataclass_fields__", {}):
-            if name == "dtype":
-                continue
+        hit = _KEY_CACHE.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        cls = type(e)
+        names = _KEY_FIELDS.get(cls)
+        if names is None:
+            names = _KEY_FIELDS[cls] = tuple(n for n in getattr(cls, "__dataclass_fields__", {}) if n != "dtype")
+        parts: list[Any] = [cls.__name__, str(e.dtype)]
+        for name in names:
             v = getattr(e, name)
             if name == "buffer":
                 parts.append(("buf", id(v)))
@@ -35,7 +47,11 @@ def structural_key(e: Any) -> Any:
                 parts.append(tuple(structural_key(x) for x in v))
             else:
                 parts.append(structural_key(v))
-        return tuple(parts)
+        key = tuple(parts)
+        if len(_KEY_CACHE) >= _KEY_CACHE_LIMIT:
+            _KEY_CACHE.clear()
+        _KEY_CACHE[id(e)] = (e, key)
+        return key
     if isinstance(e, (int, float, str)) or e is None:
         return e
     return ("obj", id(e))
@@ -88,6 +104,18 @@ class Linear:
     def is_const(self) -> bool:
         """True when there are no atoms."""
         return not self.terms
+
+    def reparsed(self) -> Linear | None:
+        """The form that decomposing :meth:`to_expr`'s expression again gives: the same terms,
+        positive coefficients first, then negative ones (each group in order), and the type of
+        the expression's first leaf; None when a coefficient is zero (no such form is kept)."""
+        if any(c == 0 for _, c in self.terms.values()):
+            return None
+        pos = {k: t for k, t in self.terms.items() if t[1] > 0}
+        neg = {k: t for k, t in self.terms.items() if t[1] < 0}
+        dtype = next(iter(pos.values()))[0].dtype if pos else self.dtype
+        pos.update(neg)
+        return Linear(dtype, pos, self.const)
 
     def to_expr(self) -> E.PrimExpr:
         """Rebuild an expression: positive terms first, constants last."""

@@ -48,13 +48,27 @@ def _wrap(value: int, dt: Any) -> int | None:
 class _Simplifier(Mutator):
     def __init__(self, ranges: dict[E.Var, Bound]):
         self.ranges = ranges
+        # Linear forms already known, ``id(node) -> (node, form)`` (the node held so its id stays
+        # its own): each sum is decomposed once, and a sum this simplifier rebuilt from a form
+        # gets that form without a walk, so a long chain of additions is no longer quadratic.
+        # Stored forms are never changed: :meth:`linear` hands out copies.
+        self._lin: dict[int, tuple[E.PrimExpr, Linear]] = {}
 
     # -- helpers ----------------------------------------------------------------------------
     def bound(self, e: E.PrimExpr) -> Bound:
         return const_bound(e, self.ranges)
 
     def linear(self, e: E.PrimExpr) -> Linear:
-        """Linear form of an already simplified integer scalar expression."""
+        """Linear form of an already simplified integer scalar expression (a fresh object the
+        caller may change)."""
+        hit = self._lin.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1].copy()
+        lin = self._linear(e)
+        self._lin[id(e)] = (e, lin.copy())
+        return lin
+
+    def _linear(self, e: E.PrimExpr) -> Linear:
         if isinstance(e, E.IntImm):
             return Linear(e.dtype, {}, e.value)
         if isinstance(e, E.Add):
@@ -103,7 +117,13 @@ class _Simplifier(Mutator):
         return None, None
 
     def rebuild(self, lin: Linear) -> E.PrimExpr:
-        return lin.to_expr()
+        """``lin`` as an expression; remembers the expression's linear form (see ``_lin``)."""
+        out = lin.to_expr()
+        if id(out) not in self._lin:
+            form = lin.reparsed()
+            if form is not None:
+                self._lin[id(out)] = (out, form)
+        return out
 
     # -- integer arithmetic --------------------------------------------------------------------
     def _int_scalar(self, e: E.PrimExpr) -> bool:
@@ -139,7 +159,8 @@ class _Simplifier(Mutator):
                 return type(e)(a, b, e.dtype) if (a is not e.a or b is not e.b) else e
             node = type(e)(a, b, e.dtype)
             lin = self._merge_divmod(self.linear(node))
-            if _wrap(lin.const, e.dtype) is None or any(_wrap(c, e.dtype) is None for _, c in lin.terms.values()):
+            lo, hi = e.dtype.min_value(), e.dtype.max_value()
+            if not lo <= lin.const <= hi or any(not lo <= c <= hi for _, c in lin.terms.values()):
                 return node  # a coefficient out of the type's range: folding would change overflow
             return self.rebuild(lin)
         if e.dtype.is_float:

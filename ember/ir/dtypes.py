@@ -47,6 +47,12 @@ _LOWP_PATTERN = re.compile(r"^(" + "|".join(sorted(LOWP_FLOATS, key=len, reverse
 _ML_NAMES = ("bfloat16", "int4", "uint4", "int2", "uint2", *LOWP_FLOATS)
 
 
+#: text, largest and smallest value of each type seen (a type is immutable; there are few of them)
+_STR_CACHE: dict[DataType, str] = {}
+_MAX_CACHE: dict[DataType, float | int] = {}
+_MIN_CACHE: dict[DataType, float | int] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class DataType:
     """A scalar or vector data type: ``kind``, ``bits`` and ``lanes``."""
@@ -56,6 +62,12 @@ class DataType:
     lanes: int = 1
 
     def __str__(self) -> str:
+        text = _STR_CACHE.get(self)
+        if text is None:
+            text = _STR_CACHE[self] = self._text()
+        return text
+
+    def _text(self) -> str:
         if self.kind == "bool":
             base = "bool"
         elif self.kind in LOWP_FLOATS:
@@ -131,6 +143,12 @@ class DataType:
 
     def max_value(self) -> float | int:
         """Largest finite value of the type."""
+        v = _MAX_CACHE.get(self)
+        if v is None:
+            v = _MAX_CACHE[self] = self._max_value()
+        return v
+
+    def _max_value(self) -> float | int:
         if self.kind == "bool":
             return 1
         if self.kind == "bfloat":
@@ -143,6 +161,12 @@ class DataType:
 
     def min_value(self) -> float | int:
         """Smallest finite value of the type."""
+        v = _MIN_CACHE.get(self)
+        if v is None:
+            v = _MIN_CACHE[self] = self._min_value()
+        return v
+
+    def _min_value(self) -> float | int:
         if self.kind == "bool":
             return 0
         if self.is_float:

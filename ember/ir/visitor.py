@@ -31,8 +31,28 @@ def _child_fields(cls: type) -> tuple[str, ...]:
     return names
 
 
+_NODE_TYPES = (PrimExpr, Stmt)
+
+
 def _is_node(x: Any) -> bool:
-    return isinstance(x, (PrimExpr, Stmt))
+    return isinstance(x, _NODE_TYPES)
+
+
+def _dispatch(walker: type, node_type: type) -> Any:
+    """The ``visit_<NodeClass>`` function of the walker class ``walker`` for ``node_type``, or
+    None; remembered in the walker class's own ``__dict__`` (so a subclass has its own table and
+    a class made per call is collected with its table). Handlers are class attributes: define
+    them in the class body, not on instances or after the class was first used."""
+    table = walker.__dict__.get("_ember_dispatch")
+    if table is None:
+        table = {}
+        type.__setattr__(walker, "_ember_dispatch", table)
+    try:
+        return table[node_type]
+    except KeyError:
+        fn = getattr(walker, "visit_" + node_type.__name__, None)
+        table[node_type] = fn
+        return fn
 
 
 class Visitor:
@@ -42,26 +62,27 @@ class Visitor:
         """Visit ``node`` (an expression, statement, or None)."""
         if node is None:
             return
-        method = getattr(self, "visit_" + type(node).__name__, None)
-        if method is not None:
-            method(node)
+        fn = _dispatch(type(self), type(node))
+        if fn is not None:
+            fn(self, node)
         else:
             self.generic_visit(node)
 
     def generic_visit(self, node: Any) -> None:
         """Visit every child of ``node``."""
-        for name in _child_fields(type(node)):
+        visit = self.visit
+        for name in _FIELDS.get(type(node)) or _child_fields(type(node)):
             value = getattr(node, name)
-            if _is_node(value):
-                self.visit(value)
+            if isinstance(value, _NODE_TYPES):
+                visit(value)
             elif isinstance(value, tuple):
                 for item in value:
-                    if _is_node(item):
-                        self.visit(item)
+                    if isinstance(item, _NODE_TYPES):
+                        visit(item)
                     elif isinstance(item, tuple):
                         for sub in item:
-                            if _is_node(sub):
-                                self.visit(sub)
+                            if isinstance(sub, _NODE_TYPES):
+                                visit(sub)
 
 
 class Mutator:
@@ -71,25 +92,32 @@ class Mutator:
         """The rewritten ``node`` (None stays None)."""
         if node is None:
             return None
-        method = getattr(self, "visit_" + type(node).__name__, None)
-        if method is not None:
-            return method(node)
+        fn = _dispatch(type(self), type(node))
+        if fn is not None:
+            return fn(self, node)
         return self.generic_mutate(node)
 
     def generic_mutate(self, node: Any) -> Any:
         """``node`` with every child rewritten (the same object when none changed)."""
-        changes: dict[str, Any] = {}
-        for name in _child_fields(type(node)):
+        changes: dict[str, Any] | None = None
+        for name in _FIELDS.get(type(node)) or _child_fields(type(node)):
             value = getattr(node, name)
-            new = self._mutate_field(value)
+            if isinstance(value, _NODE_TYPES):
+                new = self.visit(value)
+            elif isinstance(value, tuple):
+                new = self._mutate_field(value)
+            else:
+                continue
             if new is not value:
+                if changes is None:
+                    changes = {}
                 changes[name] = new
         if not changes:
             return node
         return dataclasses.replace(node, **changes)
 
     def _mutate_field(self, value: Any) -> Any:
-        if _is_node(value):
+        if isinstance(value, _NODE_TYPES):
             return self.visit(value)
         if isinstance(value, tuple):
             items = [self._mutate_field(v) for v in value]
@@ -98,81 +126,97 @@ class Mutator:
         return value
 
 
+class _PostOrder(Visitor):
+    """Calls ``fn`` on every node, children first (one class for every call: making a class per
+    call cost more than many walks)."""
+
+    def __init__(self, fn: Callable[[Any], None]) -> None:
+        self.fn = fn
+
+    def visit(self, n: Any) -> None:
+        if n is None:
+            return
+        self.generic_visit(n)
+        self.fn(n)
+
+
 def post_order_visit(node: Any, fn: Callable[[Any], None]) -> None:
     """Call ``fn`` on every node below and including ``node``, children first."""
+    _PostOrder(fn).visit(node)
 
-    class _V(Visitor):
-        def visit(self, n: Any) -> None:
-            if n is None:
-                return
-            self.generic_visit(n)
-            fn(n)
 
-    _V().visit(node)
+class _Substitute(Mutator):
+    """Replaces the variables of ``mapping`` (see :func:`substitute`)."""
+
+    def __init__(self, mapping: dict[Var, PrimExpr]) -> None:
+        self.mapping = mapping
+
+    def visit_Var(self, v: Var) -> PrimExpr:
+        return self.mapping.get(v, v)
+
+    def visit_Allocate(self, s: Any) -> Any:
+        # The allocated shape may use the variables too (a region computed inside a loop);
+        # the new buffer keeps its data pointer, so loads and stores still find it.
+        out = self.generic_mutate(s)
+        buf = s.buffer
+        shape = tuple(self.visit(x) for x in buf.shape)
+        strides = tuple(self.visit(x) for x in buf.strides)
+        if all(a is b for a, b in zip(shape + strides, buf.shape + buf.strides)):
+            return out
+        return dataclasses.replace(out, buffer=dataclasses.replace(buf, shape=shape, strides=strides))
 
 
 def substitute(node: Any, mapping: dict[Var, PrimExpr]) -> Any:
     """``node`` with every variable in ``mapping`` replaced by its expression."""
     if not mapping:
         return node
+    return _Substitute(mapping).visit(node)
 
-    class _Sub(Mutator):
-        def visit_Var(self, v: Var) -> PrimExpr:
-            return mapping.get(v, v)
 
-        def visit_Allocate(self, s: Any) -> Any:
-            # The allocated shape may use the variables too (a region computed inside a loop);
-            # the new buffer keeps its data pointer, so loads and stores still find it.
-            out = self.generic_mutate(s)
-            buf = s.buffer
-            shape = tuple(self.visit(x) for x in buf.shape)
-            strides = tuple(self.visit(x) for x in buf.strides)
-            if all(a is b for a, b in zip(shape + strides, buf.shape + buf.strides)):
-                return out
-            return dataclasses.replace(out, buffer=dataclasses.replace(buf, shape=shape, strides=strides))
+class _FreeVars(Visitor):
+    """Collects used and bound variables (see :func:`free_vars`)."""
 
-    return _Sub().visit(node)
+    def __init__(self) -> None:
+        self.bound: set[Var] = set()
+        self.seen: dict[Var, None] = {}
+
+    def visit_For(self, s: Any) -> None:
+        self.visit(s.min)
+        self.visit(s.extent)
+        self.bound.add(s.loop_var)
+        self.visit(s.body)
+
+    def visit_LetStmt(self, s: Any) -> None:
+        self.visit(s.value)
+        self.bound.add(s.var)
+        self.visit(s.body)
+
+    def visit_Let(self, e: Any) -> None:
+        self.visit(e.value)
+        self.bound.add(e.var)
+        self.visit(e.body)
+
+    def visit_Var(self, v: Var) -> None:
+        if v not in self.bound:
+            self.seen.setdefault(v, None)
+
+    def visit_BufferLoad(self, e: Any) -> None:
+        self.seen.setdefault(e.buffer.data, None)
+        self.generic_visit(e)
+
+    def visit_BufferStore(self, s: Any) -> None:
+        self.seen.setdefault(s.buffer.data, None)
+        self.generic_visit(s)
+
+    def visit_Allocate(self, s: Any) -> None:
+        self.bound.add(s.buffer.data)
+        for e in s.buffer.shape:
+            self.visit(e)
+        self.visit(s.body)
 
 
 def free_vars(node: Any) -> list[Var]:
     """Variables used in ``node`` but not bound inside it (by a loop, a let), in first-use order."""
-    bound: set[Var] = set()
-    seen: dict[Var, None] = {}
-
-    class _F(Visitor):
-        def visit_For(self, s: Any) -> None:
-            self.visit(s.min)
-            self.visit(s.extent)
-            bound.add(s.loop_var)
-            self.visit(s.body)
-
-        def visit_LetStmt(self, s: Any) -> None:
-            self.visit(s.value)
-            bound.add(s.var)
-            self.visit(s.body)
-
-        def visit_Let(self, e: Any) -> None:
-            self.visit(e.value)
-            bound.add(e.var)
-            self.visit(e.body)
-
-        def visit_Var(self, v: Var) -> None:
-            if v not in bound:
-                seen.setdefault(v, None)
-
-        def visit_BufferLoad(self, e: Any) -> None:
-            seen.setdefault(e.buffer.data, None)
-            self.generic_visit(e)
-
-        def visit_BufferStore(self, s: Any) -> None:
-            seen.setdefault(s.buffer.data, None)
-            self.generic_visit(s)
-
-        def visit_Allocate(self, s: Any) -> None:
-            bound.add(s.buffer.data)
-            for e in s.buffer.shape:
-                self.visit(e)
-            self.visit(s.body)
-
-    _F().visit(node)
-    return [v for v in seen if v not in bound]
+    f = _FreeVars()
+    f.visit(node)
+    return [v for v in f.seen if v not in f.bound]

@@ -231,8 +231,14 @@ def share_identical_kernels(funcs: list[Any], steps: list[dict[str, Any]]) -> tu
     kept: dict[tuple[str, str], str] = {}
     alias: dict[str, str] = {}
     out = []
+    # Functions the LoweringMemo gave the same body and parameters (the very objects) print the
+    # same but for their name: their key is computed once.
+    keys: dict[tuple[Any, ...], tuple[str, str]] = {}
     for f in funcs:
-        key = (str(f).replace(f.name, "\x00", 1), loop_ir_types([f]))
+        ident = (id(f.body), tuple(id(p) for p in f.params), repr(f.attrs))
+        key = keys.get(ident)
+        if key is None:
+            key = keys[ident] = (str(f).replace(f.name, "\x00", 1), loop_ir_types([f]))
         first = kept.get(key)
         if first is None:
             kept[key] = f.name
