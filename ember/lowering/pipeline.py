@@ -58,10 +58,13 @@ class _Slots(Mutator):
 
     def __init__(self, remap: dict[Buffer, tuple[Buffer, int]], slot: E.PrimExpr, async_copies: bool):
         self.remap, self.slot, self.async_copies = remap, slot, async_copies
+        self._offsets: dict[Buffer, E.PrimExpr] = {}  # the slot's offset in each buffer, simplified once
 
     def _index(self, buf: Buffer, idx: E.PrimExpr) -> tuple[Buffer, E.PrimExpr]:
         new, size = self.remap[buf]
-        off = simplify(self.slot * size)
+        off = self._offsets.get(buf)
+        if off is None:
+            off = self._offsets[buf] = simplify(self.slot * size)
         if isinstance(idx, E.Ramp):
             return new, E.Ramp(simplify(idx.base + off), idx.stride, idx.lanes, idx.dtype)
         return new, simplify(idx + E.cast(idx.dtype, off))
