@@ -179,13 +179,21 @@ def _arg(ctx: OpContext, x: Tensor, is_max: bool) -> Tensor:
     if s[a] == 0:
         raise ctx.fail(f"axis {a} is empty: there is no index of a maximum or minimum")
 
+    floating = dtype_of(x).startswith(("float", "bfloat"))
+
+    # NaN counts as the extreme and the first NaN wins (NumPy's rule, select_last_index or not),
+    # so a row with NaN never keeps the identity's index (2**31 - 1, past the axis): an all-NaN
+    # row gives 0, as ONNX Runtime does.
     def better(v1: Any, v2: Any) -> Any:
-        return v1 > v2 if is_max else v1 < v2
+        b = v1 > v2 if is_max else v1 < v2
+        return b | (te.isnan(v1) & ~te.isnan(v2)) if floating else b
 
     def combine(lhs: Any, rhs: Any) -> Any:
         (i0, v0), (i1, v1) = lhs, rhs
         tie = v0 == v1
         pick_rhs = better(v1, v0) | (tie & ((i1 > i0) if last else (i1 < i0)))
+        if floating:
+            pick_rhs = pick_rhs | (te.isnan(v0) & te.isnan(v1) & (i1 < i0))
         return te.if_then_else(pick_rhs, i1, i0), te.if_then_else(pick_rhs, v1, v0)
 
     def ident(t0: str, t1: str) -> Any:

@@ -316,6 +316,21 @@ def test_fuzz_keepdims_other_than_one_means_false():
     _same_as_ort(m, {"x": np.arange(6, dtype=np.float32).reshape(2, 3)})
 
 
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_fuzz_arg_reduction_of_a_row_of_nans_gives_a_valid_index(op, last):
+    """mismatch (seed 20289259: MatMul -> Transpose -> ArgMax with a NaN weight): a row of NaN
+    kept the reduction's starting index, 2**31 - 1, past the axis; ONNX Runtime gives 0. NaN now
+    counts as the extreme (NumPy's first NaN), so the index is always inside the axis."""
+    x = np.array([[np.nan, np.nan, np.nan], [1.0, np.nan, 3.0], [2.0, 5.0, 1.0]], np.float32)
+    m = _one(op, [3, 3], out_elem=I64, axis=1, keepdims=0, select_last_index=last)
+    got = _compile(m)(x=x)[0]
+    assert ((got >= 0) & (got < 3)).all()
+    want = _ort(m, {"x": x})[0]
+    np.testing.assert_array_equal(got[[0, 2]], want[[0, 2]])  # all-NaN and NaN-free rows as ONNX Runtime
+    assert got[1] == 1  # a row with one NaN: its index, as NumPy (ONNX Runtime's pick is unspecified)
+
+
 @pytest.mark.parametrize("mode,pads,shape,match", [
     ("wrap", [-6, 0, 0, 0, 2, 0, 0, 1], [4, 4, 3, 5], "nothing of the input is left"),
     ("reflect", [0, 0, 1, 0, 0, 1], [1, 1, 1], "needs at least 2"),
