@@ -379,6 +379,8 @@ def clip(ctx: OpContext, x: Tensor, lo: Tensor | None = None, hi: Tensor | None 
         return v
 
     def scalar(t: Tensor) -> Tensor:
+        if math.prod(shape(t)) != 1:
+            raise ctx.fail(f"min and max must be scalars (one element), got a bound of shape {shape(t)}")
         return compute((), lambda: t[(0,) * len(t.shape)], name=uname("clipb")) if len(t.shape) else t
 
     ins = [x] + [scalar(t) for t in (lo, hi) if t is not None]

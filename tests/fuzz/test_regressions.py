@@ -331,6 +331,16 @@ def test_fuzz_arg_reduction_of_a_row_of_nans_gives_a_valid_index(op, last):
     assert got[1] == 1  # a row with one NaN: its index, as NumPy (ONNX Runtime's pick is unspecified)
 
 
+def test_fuzz_clip_bound_with_several_elements_is_rejected():
+    """accepted_invalid (Flatten Gemm Erf Gather Clip, Clip's min a [1, 8] tensor): ember read its
+    first element; ONNX Runtime refuses a bound that is not a scalar, and so does ember now."""
+    m = _one("Clip", [3, 4], [_init("lo", np.zeros((1, 8), np.float32))], opset=13)
+    with pytest.raises(OpError, match="must be scalars"):
+        _compile(m)
+    ok = _one("Clip", [3, 4], [_init("lo", np.zeros((1,), np.float32))], opset=13)  # one element: fine
+    _same_as_ort(ok, {"x": np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)})
+
+
 @pytest.mark.parametrize("mode,pads,shape,match", [
     ("wrap", [-6, 0, 0, 0, 2, 0, 0, 1], [4, 4, 3, 5], "nothing of the input is left"),
     ("reflect", [0, 0, 1, 0, 0, 1], [1, 1, 1], "needs at least 2"),
