@@ -365,7 +365,12 @@ def schedule_product_in_store(s: te.Schedule, stage: te.Stage, out: te.Stage, cf
     out.vectorize(ni)
     schedule_tile(stage, cfg)
     if cfg["parallel"].val:
-        out.parallel(par)
+        # A matrix-vector product streaming a large constant operand, its panels in parallel:
+        # each thread takes the same panels on every call (the pool's static mode), so its share
+        # of the weights stays in its core's L2 from call to call (a recurrent layer's steps).
+        rows, M, N = (extent(a) for a in op.axis)
+        gemv = rows * M <= GEMV_ROWS and N * int((op.attrs or {}).get("K", 0)) * 4 >= GEMV_PARALLEL_BYTES
+        out.parallel(par, static=gemv and not by_rows)
     pack = _panel_pack_stage(s, op)
     if pack is not None and pack.attach == "root":
         _schedule_pack(s, pack)
