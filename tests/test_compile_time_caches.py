@@ -226,3 +226,27 @@ def test_shared_kernels_match_comparing_every_text():
         alias[f.name] = ref.setdefault(key, f.name)
     assert [f.name for f in kept] == sorted(set(alias.values()), key=lambda n: int(n[1:]))
     assert [st_["func"] for st_ in new_steps] == [alias[f.name] for f in funcs]
+
+
+def test_statement_walk_matches_the_full_walk():
+    from ember.ir.visitor import post_order_stmts
+
+    n = te.var("n")
+    A = te.placeholder((n, 64), name="A")
+    B = te.compute((n, 64), lambda i, j: A[i, j] + 1, name="B")
+    C = te.compute((n, 64), lambda i, j: B[i, j] * 2, name="C")
+    s = te.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[1], factor=16)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s[B].compute_at(s[C], bx)
+    s[B].set_scope("shared")
+    from ember.lowering import lower
+
+    f = lower(s, [A, C, n], target="cuda")
+    full: list[object] = []
+    post_order_visit(f.body, lambda x: full.append(x) if isinstance(x, S.Stmt) else None)
+    stmts: list[object] = []
+    post_order_stmts(f.body, stmts.append)
+    assert len(stmts) == len(full) > 3 and all(a is b for a, b in zip(stmts, full))
+    assert any(isinstance(x, S.Allocate) for x in stmts)

@@ -166,6 +166,25 @@ class _Substitute(Mutator):
         return dataclasses.replace(out, buffer=dataclasses.replace(buf, shape=shape, strides=strides))
 
 
+def post_order_stmts(node: Stmt, fn: Callable[[Stmt], None]) -> None:
+    """Call ``fn`` on every statement below and including ``node``, children first: the
+    statements :func:`post_order_visit` reaches, in its order, without walking expressions
+    (an expression never holds a statement), so it is much faster on large kernels."""
+    for name in _FIELDS.get(type(node)) or _child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, Stmt):
+            post_order_stmts(value, fn)
+        elif isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, Stmt):
+                    post_order_stmts(item, fn)
+                elif isinstance(item, tuple):
+                    for sub in item:
+                        if isinstance(sub, Stmt):
+                            post_order_stmts(sub, fn)
+    fn(node)
+
+
 def substitute(node: Any, mapping: dict[Var, PrimExpr]) -> Any:
     """``node`` with every variable in ``mapping`` replaced by its expression."""
     if not mapping:

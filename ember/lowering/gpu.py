@@ -34,7 +34,7 @@ from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.buffer import Buffer
 from ..ir.dtypes import INT32
-from ..ir.visitor import free_vars, post_order_visit, substitute
+from ..ir.visitor import free_vars, post_order_stmts, post_order_visit, substitute
 from ..target import Target
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -180,7 +180,7 @@ def _launch_extents(body: S.Stmt, target: Target) -> tuple[dict[str, E.PrimExpr]
                 )
             block[n.thread_tag] = max(block.get(n.thread_tag, 1), ext.value)
 
-    post_order_visit(body, visit)
+    post_order_stmts(body, visit)
     # The outermost blockIdx loop of each tag gives the grid.
     grid: dict[str, E.PrimExpr] = {}
 
@@ -253,7 +253,7 @@ def _host_workspaces(body: S.Stmt) -> list[Buffer]:
         if isinstance(n, S.Allocate) and n.buffer.scope == "global":
             out.append(n.buffer)
 
-    post_order_visit(body, visit)
+    post_order_stmts(body, visit)
     return out
 
 
@@ -270,7 +270,7 @@ def _shared_buffers(body: S.Stmt) -> list[tuple[Buffer, int]]:
         if isinstance(n, S.Allocate) and n.buffer.scope == "shared":
             out.append((n.buffer, buffer_elems(n.buffer) * max(1, n.buffer.dtype.bits // 8)))
 
-    post_order_visit(body, visit)
+    post_order_stmts(body, visit)
     return out
 
 
