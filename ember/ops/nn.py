@@ -20,7 +20,7 @@ from ..ir import expr as E
 from ..te import Tensor
 from .depthwise import depthwise_conv2d, is_depthwise
 from .layout import Layout, host_layout
-from .packed_lowp import lowp_conv2d, lowp_matmul
+from .packed_lowp import batch_index, batch_view, lowp_conv2d, lowp_matmul
 from .reduce import acc_dtype, reduce_tensor
 from .registry import OpContext, register
 from .transform import pad_tensor
@@ -276,27 +276,6 @@ def split_k_product(t: Tensor, parts: int) -> Tensor:
     return compute((nb, nm, nn), total, name=uname(op.name + "_sum"))
 
 
-def _batch_index(r: Any, batch: tuple[int, ...]) -> tuple[Any, ...]:
-    """The batch indices of flat batch row ``r`` (row-major over ``batch``)."""
-    idx, rest = [], r
-    for d in reversed(batch):
-        idx.append(E.floormod(rest, d))
-        rest = E.floordiv(rest, d)
-    return tuple(reversed(idx))
-
-
-def _batch_view(cv: Tensor, batch: tuple[int, ...], M: int, N: int, name: str) -> Tensor:
-    """``cv[rows, M, >= N]`` (rows: the flattened ``batch``) viewed as ``batch + (M, N)``."""
-
-    def view(*i: Any) -> Any:
-        r: Any = E.const(0)
-        for d, v in zip(batch, i[:-2]):
-            r = r * d + v
-        return cv[r, i[-2], i[-1]]
-
-    return compute(batch + (M, N), view, name=uname(name))
-
-
 def _batched_matmul_packed(
     a: Tensor, b: Tensor, batch: tuple[int, ...], M: int, K: int, N: int, strategy: Layout
 ) -> Tensor:
@@ -311,7 +290,7 @@ def _batched_matmul_packed(
     bp = compute(
         (rows, npanel, K, nr),
         lambda r, no, kk, ni: te.if_then_else(
-            no * nr + ni < N, b[_batch_index(r, batch) + (kk, E.min_expr(no * nr + ni, N - 1))],
+            no * nr + ni < N, b[batch_index(batch, r) + (kk, E.min_expr(no * nr + ni, N - 1))],
             const_like(0, "float32")),
         name=uname("bmm_pack"),
         tag="gemm_pack",
@@ -321,7 +300,7 @@ def _batched_matmul_packed(
     k = te.reduce_axis((0, K), name="k")
     cv = compute(
         (rows, M, npanel * nr),
-        lambda r, m, n: te.sum(a[_batch_index(r, batch) + (m, k.var)] * bp[r, E.floordiv(n, nr), k.var,
+        lambda r, m, n: te.sum(a[batch_index(batch, r) + (m, k.var)] * bp[r, E.floordiv(n, nr), k.var,
                                                                            E.floormod(n, nr)], axis=k),
         name=uname("bmm_gemm"),
         tag="conv_packed",
@@ -329,7 +308,7 @@ def _batched_matmul_packed(
         workspace=True,
     )
     cv = split_k_product(cv, strategy.gemm_split_k(rows, M, npanel * nr, K, 1))
-    return _batch_view(cv, batch, M, N, "bmm")
+    return batch_view(cv, batch, M, N, "bmm")
 
 
 def _matmul_packed(
@@ -358,7 +337,7 @@ def _matmul_packed(
     # read): no scalar tail for a partial panel.
     cv = compute(
         (rows, M, npanel * nr),
-        lambda r, m, n: te.sum(a[_batch_index(r, batch) + (m, k.var)] * bp[E.floordiv(n, nr), k.var, E.floormod(n, nr)],
+        lambda r, m, n: te.sum(a[batch_index(batch, r) + (m, k.var)] * bp[E.floordiv(n, nr), k.var, E.floormod(n, nr)],
                                axis=k),
         name=uname("mm_gemm"),
         tag="conv_packed",
@@ -366,7 +345,7 @@ def _matmul_packed(
         workspace=True,
     )
     cv = split_k_product(cv, strategy.gemm_split_k(rows, M, npanel * nr, K, 1))
-    return _batch_view(cv, batch, M, N, "matmul")
+    return batch_view(cv, batch, M, N, "matmul")
 
 
 @register("MatMul", pattern="heavy")

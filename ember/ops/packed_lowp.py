@@ -63,13 +63,7 @@ def packed_product(
         workspace=True,
     )
 
-    def view(*i: Any) -> Any:
-        r: Any = E.const(0)
-        for d, v in zip(batch, i[:-2]):
-            r = r * d + v
-        return cv[r, i[-2], i[-1]]
-
-    return compute(batch + (M, N), view, name=uname(name))
+    return batch_view(cv, batch, M, N, name)
 
 
 def pack_panels(npanel: int, K: int, nr: int, body: Callable[..., E.PrimExpr], name: str) -> Tensor:
@@ -131,3 +125,15 @@ def lowp_conv2d(
     out = packed_conv(x32, w32, b32)
     return compute(tuple(int(E.const_int_value(d)) for d in out.shape),  # type: ignore[arg-type]
                    lambda *i: cast(out[i], dt), name=uname("lp_conv_round"))
+
+
+def batch_view(cv: Tensor, batch: tuple[int, ...], M: int, N: int, name: str) -> Tensor:
+    """``cv[rows, M, >= N]`` (rows: the flattened ``batch``, row-major) viewed as ``batch + (M, N)``."""
+
+    def view(*i: Any) -> Any:
+        r: Any = E.const(0)
+        for d, v in zip(batch, i[:-2]):
+            r = r * d + v
+        return cv[r, i[-2], i[-1]]
+
+    return compute(batch + (M, N), view, name=uname(name))
