@@ -145,12 +145,6 @@ def _check_header(m: Any) -> None:
     onnx = _onnx()
     if not m.HasField("graph"):
         raise ModelFormatError("the model holds no graph")
-    for o in m.graph.output:
-        if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type == 0:
-            # a declared tensor type whose element type is UNDEFINED (0): ONNX Runtime refuses to
-            # load it ("Invalid tensor data type 0"); an output with no type at all is fine
-            raise ModelFormatError(f"graph output {o.name!r} declares a tensor of element type 0 (UNDEFINED); give "
-                                   "its element type or leave its type out")
     if not m.graph.output:
         raise ModelFormatError("the model's graph has no outputs (an ONNX graph has at least one)")
     if m.ir_version <= 0:
