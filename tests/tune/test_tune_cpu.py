@@ -58,19 +58,24 @@ def _count(db) -> int:
         return 0
 
 
-# Marked long (make test-long), not skipped: in two clean-clone `make test` runs of 2026-11-25 the
-# tuner kept measuring to 384 of 400 trials for 240 s while this test waited for 8 records and then
-# for its exit after SIGINT; alone, or under a busy-loop load, it exits 0.3 s after SIGINT with the
-# records kept. The cause in the full parallel suite is not found yet (see the session note).
-@pytest.mark.long
 def test_ctrl_c_keeps_measurements_and_rerun_resumes(tmp_path):
     model = tmp_path / "mm.onnx"
     model.write_bytes(matmul_model(50, 40, 44))
     db = tmp_path / "t.db"
     cmd = [sys.executable, "-m", "ember.cli", "tune", str(model), "--trials", "400", "--db", str(db), "--quiet",
            "--timeout", "30"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    # A test run started in the background of a non-interactive shell (`make test &`) ignores
+    # SIGINT, and an ignored signal stays ignored in the child: give the child the default.
+    try:
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: leave the disposition as it is
+        previous = None
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 120
     while _count(db) < 8 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
