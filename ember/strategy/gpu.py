@@ -52,6 +52,7 @@ from ..te.tensor_intrin import INTRINSICS, MatrixIntrinsic
 from .base import Strategy, extent, first_tagged, reads_reduced_innermost
 from .space import ConfigEntity, ConfigSpace, InvalidConfig
 from .tensorcore import (
+    fewest_parts,
     model_tensorcore_space,
     reads_as_matrix,
     schedule_tensorcore,
@@ -314,16 +315,7 @@ def gemm_split_k(nb: int, nm: int, nn: int, nr: int, k0: int, taps: int) -> int:
     blocks = nb * -(-nm // big[0]) * -(-nn // big[1])
     if blocks >= MIN_BLOCKS:
         return 1
-    best = 1
-    for parts in range(2, min(MAX_SPLIT_K, k0) + 1):
-        if k0 % parts:
-            continue
-        if (k0 // parts) * taps < SPLIT_K_MIN:
-            break
-        best = parts
-        if blocks * parts >= MIN_BLOCKS:
-            break
-    return best
+    return fewest_parts(blocks, k0, -(-SPLIT_K_MIN // max(1, taps)), MAX_SPLIT_K, MIN_BLOCKS)
 
 
 def packed_gemm_space(op: ComputeOp, target: Target) -> ConfigSpace:

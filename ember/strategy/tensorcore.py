@@ -173,12 +173,18 @@ def tc_split_k(batch: int, mp: int, np_: int, kp: int, min_blocks: int = MIN_TC_
     blocks = batch * max(1, mp // 64) * max(1, np_ // 64)
     if blocks >= min_blocks or kp < TC_SPLIT_MIN_K or kp % 64:
         return 1
-    chunks = kp // 64
+    return fewest_parts(blocks, kp // 64, TC_PART_CHUNKS, TC_MAX_SPLIT, min_blocks)
+
+
+def fewest_parts(blocks: int, units: int, min_units: int, max_parts: int, min_blocks: int) -> int:
+    """Parts to split a reduction of ``units`` steps into so that ``blocks`` output tiles become
+    ``min_blocks`` or more: the fewest divisors of ``units`` (up to ``max_parts``) that get there
+    with at least ``min_units`` steps per part, else the most that keep ``min_units`` (1: none)."""
     best = 1
-    for parts in range(2, TC_MAX_SPLIT + 1):
-        if chunks % parts:
+    for parts in range(2, min(max_parts, units) + 1):
+        if units % parts:
             continue
-        if chunks // parts < TC_PART_CHUNKS:
+        if units // parts < min_units:
             break
         best = parts
         if blocks * parts >= min_blocks:
