@@ -31,6 +31,7 @@ from collections.abc import Callable
 import llvmlite.ir as ir
 
 from .vexp import _const, _like
+from .vtanh import _intrinsic
 
 SPLIT = 1.0
 TOP = 3.925
@@ -47,12 +48,7 @@ EXP_TAYLOR = tuple(1.0 / math.factorial(k) for k in range(8))  # 1, 1, 1/2, ...,
 
 
 def _call(b: ir.IRBuilder, name: str, ty: ir.Type, args: list[ir.Value]) -> ir.Value:
-    suffix = f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32"
-    full = f"llvm.{name}.{suffix}"
-    fn = b.module.globals.get(full)
-    if fn is None:
-        fn = ir.Function(b.module, ir.FunctionType(ty, [ty] * len(args)), full)
-    return b.call(fn, args)
+    return b.call(_intrinsic(b, name, ty, len(args)), args)
 
 
 def _horner(b: ir.IRBuilder, ty: ir.Type, coeffs: tuple[float, ...], t: ir.Value) -> ir.Value:

@@ -88,7 +88,10 @@ def tanh_f32(b: ir.IRBuilder, x: ir.Value, rint: Callable[[ir.Value], ir.Value])
 
 
 def _intrinsic(b: ir.IRBuilder, name: str, ty: ir.Type, nargs: int) -> ir.Function:
-    suffix = f"v{ty.count}f64" if isinstance(ty, ir.VectorType) else "f64"
+    """The LLVM intrinsic ``llvm.<name>`` on ``ty`` (float or double, scalar or vector), declared once."""
+    elem = ty.element if isinstance(ty, ir.VectorType) else ty
+    bits = "f32" if isinstance(elem, ir.FloatType) else "f64"
+    suffix = f"v{ty.count}{bits}" if isinstance(ty, ir.VectorType) else bits
     full = f"llvm.{name}.{suffix}"
     m = b.module
     fn = m.globals.get(full)
