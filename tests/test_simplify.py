@@ -175,6 +175,22 @@ def test_division_by_constants_under_ranges():
     assert simplify(te.const(-7) % 2).value == 1
 
 
+def test_common_factor_of_divisor_and_terms_is_dropped():
+    """(g*R + r) // (g*c) == (R + r // g) // c without any range: the quotients of a thread's
+    consecutive values (4x .. 4x + 3 over 32-wide panels) are one expression, so their
+    difference is 0 and a staged extent is constant."""
+    x, y = te.var("x"), te.var("y")
+    assert simplify((x * 4 + 3) // 32 - (x * 4) // 32).value == 0
+    assert structural_equal(simplify((x * 4 + 3) % 32), (x % 8) * 4 + 3)
+    assert structural_equal(simplify((x * 6 + y * 4 + 5) // 8), (x * 3 + y * 2 + 2) // 4)
+    for e in ((x * 6 - y * 4 + 5) // 8, (x * 6 - y * 4 + 5) % 8, (x * -4 + 3) // 32, (x * -4 + 3) % 32):
+        got = simplify(e)
+        for xv in range(-40, 41, 3):
+            for yv in (-9, 0, 7):
+                env = {x: xv, y: yv}
+                assert evaluate(got, env) == evaluate(e, env), (e, got, env)
+
+
 def test_min_max_decided_by_ranges():
     i = te.var("i")
     r = {i: (0, 9)}

@@ -116,6 +116,19 @@ class _Simplifier(Mutator):
                 return (atom, coef), k
         return None, None
 
+    @staticmethod
+    def _common_factor(rest: Linear, c: int) -> int:
+        """The greatest common divisor of divisor ``c`` and every coefficient of ``rest``'s terms
+        (1 when ``rest`` has no terms): the factor a division of ``rest`` by ``c`` can drop."""
+        if not rest.terms:
+            return 1
+        g = c
+        for _, coef in rest.terms.values():
+            g = math.gcd(g, coef)
+            if g == 1:
+                break
+        return g
+
     def rebuild(self, lin: Linear) -> E.PrimExpr:
         """``lin`` as an expression; remembers the expression's linear form (see ``_lin``)."""
         out = lin.to_expr()
@@ -199,6 +212,15 @@ class _Simplifier(Mutator):
             if lo is not None and hi is not None and lo // c == hi // c:
                 quotient.const += lo // c
                 return self.rebuild(quotient)
+            g = self._common_factor(rest, c)
+            if g > 1:
+                # (g*R + r) // (g*c') == (R + r // g) // c' for 0 <= r < g*c': the remainder's
+                # multiples of g decide the quotient alone, so (4x + 3) // 32 and 4x // 32 both
+                # become x // 8 (and their difference 0).
+                reduced = Linear(e.dtype, {k: (atom, coef // g) for k, (atom, coef) in rest.terms.items()},
+                                 rest.const // g)
+                inner = E.FloorDiv(self.rebuild(reduced), E.IntImm(e.dtype, c // g), e.dtype)
+                return self.rebuild(quotient.add(Linear.atom(inner)))
             if not quotient.terms and quotient.const == 0:
                 # Nested division by constants: (x // c1) // c2 == x // (c1 * c2).
                 if isinstance(rest_expr, E.FloorDiv) and isinstance(rest_expr.b, E.IntImm) and rest_expr.b.value > 0:
@@ -234,6 +256,14 @@ class _Simplifier(Mutator):
                 return self.rebuild(rest.add(Linear(e.dtype, {}, shift), -1))
             if isinstance(rest_expr, E.FloorMod) and isinstance(rest_expr.b, E.IntImm) and rest_expr.b.value % c == 0:
                 return E.FloorMod(rest_expr.a, b, e.dtype)
+            g = self._common_factor(rest, c)
+            if g > 1:
+                # (g*R + r) % (g*c') == g * ((R + r // g) % c') + r % g, the counterpart of the
+                # quotient rule in visit_FloorDiv.
+                reduced = Linear(e.dtype, {k: (atom, coef // g) for k, (atom, coef) in rest.terms.items()},
+                                 rest.const // g)
+                inner = E.FloorMod(self.rebuild(reduced), E.IntImm(e.dtype, c // g), e.dtype)
+                return self.rebuild(Linear(e.dtype, {structural_key(inner): (inner, g)}, rest.const % g))
             return E.FloorMod(rest_expr, b, e.dtype)
         if a is e.a and b is e.b:
             return e
