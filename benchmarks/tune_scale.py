@@ -1,12 +1,21 @@
 """Tuning throughput against build workers: trials per minute of one GEMM task on a Dask
-LocalCluster with 1 build worker and with ``--workers`` build workers (plus the measuring
-workers: one per GPU, one for a CPU target). Each run starts from an empty records database, so
-both measure the same number of fresh candidates. Writes ``tune_scale.json`` to ``--out``.
+LocalCluster with each number of build workers in ``--workers`` (plus the measuring workers: one
+per GPU, one for a CPU target). Every run starts from an empty records database with the same
+batch size and seed, so the runs propose the same first batch. Writes ``tune_scale.json`` and
+``tune_scale.md`` to ``--out``.
+
+Per run it reports trials per minute of the tuning loop (starting the cluster is reported
+apart, as ``setup_s``) and where the time went: the tuner's own phases (search, waiting, records),
+the build workers' seconds (summed over candidates) and the measuring worker's (loading,
+checking, timing), how many timings stopped early, and the measuring worker's busy fraction
+(measure seconds / loop seconds; near 1 means measurement bounds the rate, so more build
+workers cannot help).
 
 Issue 14's goal: on the H100 host (16 cores building, the GPU measuring), 8 build workers give at
 least 4x the trials per minute of 1.
 
-    python benchmarks/tune_scale.py --target cuda --workers 8 --trials 64 --out benchmarks/results
+    python benchmarks/tune_scale.py --target cuda --workers 1,8 --trials 128 --n 2048 --out benchmarks/results
+    python benchmarks/tune_scale.py --target llvm --workers 1,2 --trials 32 --n 512 --out /tmp/scale
 """
 
 from __future__ import annotations
@@ -23,32 +32,56 @@ from common import machine, write_outputs  # noqa: E402
 from tune_cpu import gemm_model  # noqa: E402
 
 
-def run(target: str, workers: int, trials: int, n: int) -> dict[str, Any]:
+def run(target: str, workers: int, trials: int, n: int, batch: int) -> dict[str, Any]:
     """Tune the ``n``-sized GEMM for ``trials`` fresh trials with ``workers`` build workers."""
     import ember
 
     with tempfile.TemporaryDirectory() as tmp:
         result = ember.tune(gemm_model(n), target, trials=trials, db=f"{tmp}/t.db", workers=workers, quiet=True,
-                            batch=max(8, 2 * workers))
+                            batch=batch)
+    ph = result.phases
+    loop = result.elapsed - ph.get("setup", 0.0)
+    task = result.tasks[0]
     return {"workers": workers, "trials": result.new_trials, "seconds": round(result.elapsed, 1),
-            "trials_per_min": round(result.new_trials / result.elapsed * 60, 1)}
+            "setup_s": round(ph.get("setup", 0.0), 1), "loop_s": round(loop, 1),
+            "trials_per_min": round(result.trials_per_minute, 1),
+            "trials_per_min_with_setup": round(result.new_trials / result.elapsed * 60, 1),
+            "phases_s": {k: round(v, 2) for k, v in sorted(ph.items())},
+            "build_s_per_trial": round(ph.get("build", 0.0) / max(result.new_trials, 1), 3),
+            "measure_s_per_trial": round(ph.get("measure", 0.0) / max(result.new_trials, 1), 3),
+            "measurer_busy": round(ph.get("measure", 0.0) / loop, 2) if loop > 0 else None,
+            "rejected": result.rejected, "invalid": task.invalid, "best_gflops": round(task.gflops, 1)}
 
 
 def main() -> int:
-    """Run both configurations; returns a process exit code."""
+    """Run each configuration; returns a process exit code."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="cuda")
-    ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--trials", type=int, default=64)
+    ap.add_argument("--workers", default="1,8", help="comma-separated build worker counts (the first is the base)")
+    ap.add_argument("--trials", type=int, default=128)
     ap.add_argument("--n", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=16, help="candidates per batch, the same in every run")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args()
-    rows = [run(args.target, 1, args.trials, args.n), run(args.target, args.workers, args.trials, args.n)]
-    ratio = rows[1]["trials_per_min"] / max(rows[0]["trials_per_min"], 1e-9)
-    res = {"target": args.target, "gemm": args.n, "runs": rows, "speedup": round(ratio, 2), "machine": machine()}
-    lines = [f"# tune_scale: {args.target}, GEMM {args.n}^3", "",
-             f"1 build worker {rows[0]['trials_per_min']} trials/min, {args.workers} build workers "
-             f"{rows[1]['trials_per_min']} trials/min: {ratio:.2f}x"]
+    counts = [int(w) for w in args.workers.split(",")]
+    rows = []
+    for w in counts:
+        rows.append(run(args.target, w, args.trials, args.n, args.batch))
+        print(rows[-1], flush=True)
+    base = max(rows[0]["trials_per_min"], 1e-9)
+    for r in rows:
+        r["speedup"] = round(r["trials_per_min"] / base, 2)
+    res = {"target": args.target, "gemm": args.n, "batch": args.batch, "runs": rows,
+           "speedup": rows[-1]["speedup"], "machine": machine()}
+    lines = [f"# tune_scale: {args.target}, GEMM {args.n}^3, batch {args.batch}, {args.trials} trials per run", "",
+             "| build workers | trials/min | speedup | setup s | loop s | build s/trial | measure s/trial "
+             "| measurer busy | stopped early | search s | wait s |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        p = r["phases_s"]
+        lines.append(f"| {r['workers']} | {r['trials_per_min']} | {r['speedup']}x | {r['setup_s']} | {r['loop_s']} | "
+                     f"{r['build_s_per_trial']} | {r['measure_s_per_trial']} | {r['measurer_busy']} | "
+                     f"{r['rejected']}/{r['trials']} | {p.get('search', 0)} | {p.get('wait', 0)} |")
     print(write_outputs(args.out, "tune_scale", res, lines))
     return 0
 

@@ -2,10 +2,13 @@
 
 An executor takes one task's batch of configurations and returns, per configuration, its
 :class:`~ember.tune.measure.BuildResult` and :class:`~ember.tune.measure.MeasureResult` (None
-when nothing was measured: the build failed, or no device is here). The batch is built first, in
-parallel, then measured one candidate at a time, so that no build competes with a timing.
-Each task's default schedule is built once more as the reference every candidate's output is
-compared with.
+when nothing was measured: the build failed, or no device is here). Each task's default schedule
+is built once more as the reference every candidate's output is compared with.
+
+On a CPU target the batch is built first, in parallel, then measured one candidate at a time, so
+that no build competes with a timing for the cores. On a GPU (``stream=True``) each candidate is
+measured as soon as it is built, while the rest of the batch and the next batch build on the CPU
+cores: the measuring device is kept busy.
 
 :class:`LocalExecutor` builds in forked worker processes and measures in one measuring
 subprocess; :class:`ember.tune.distributed.DaskExecutor` does the same on a Dask cluster.
@@ -13,7 +16,7 @@ subprocess; :class:`ember.tune.distributed.DaskExecutor` does the same on a Dask
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from ..strategy import ConfigEntity
@@ -26,8 +29,9 @@ Outcome = tuple[BuildResult, MeasureResult | None]
 class Executor(Protocol):
     """Builds and measures batches (see the module docstring)."""
 
-    def start(self, task_index: int, configs: Sequence[ConfigEntity]) -> Any:
-        """Start building ``configs`` of task ``task_index``; returns a handle for :meth:`finish`."""
+    def start(self, task_index: int, configs: Sequence[ConfigEntity], best_s: float | None = None) -> Any:
+        """Start building ``configs`` of task ``task_index`` (``best_s``: the task's best time so
+        far, for early rejection); returns a handle for :meth:`finish`."""
 
     def finish(self, handle: Any) -> list[Outcome]:
         """Wait for the builds of ``handle`` and measure them (handles finish in start order)."""
@@ -37,31 +41,39 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Builds in ``workers`` forked processes, measures with ``runner`` (None: build only)."""
+    """Builds in ``workers`` forked processes, measures with ``runner`` (None: build only);
+    ``stream``: measure each candidate as soon as it is built (a GPU target)."""
 
-    def __init__(self, tasks: Sequence[Task], workers: int, runner: Runner | None, build_timeout: float = 120.0):
+    def __init__(self, tasks: Sequence[Task], workers: int, runner: Runner | None, build_timeout: float = 120.0,
+                 stream: bool = False):
         self.tasks = list(tasks)
         self.builder = LocalBuilder(self.tasks, workers, build_timeout)
         self.runner = runner
+        if runner is not None:
+            runner.start()
+        self.stream = stream
         self._refs: dict[int, BuildResult] = {}
         self._ref_asked: set[int] = set()
 
-    def start(self, task_index: int, configs: Sequence[ConfigEntity]) -> Any:
+    def start(self, task_index: int, configs: Sequence[ConfigEntity], best_s: float | None = None) -> Any:
         """See :class:`Executor`."""
         jobs = [(task_index, c.to_json()) for c in configs]
         with_ref = task_index not in self._ref_asked
-        if with_ref:  # the default schedule once more: the reference every output is checked against
+        if with_ref:  # the default schedule first: the reference every output is checked against
             self._ref_asked.add(task_index)
-            jobs.append((task_index, self.tasks[task_index].space.default.to_json()))
-        return task_index, with_ref, self.builder.start(jobs)
+            jobs.insert(0, (task_index, self.tasks[task_index].space.default.to_json()))
+        return task_index, with_ref, best_s, self.builder.start(jobs)
 
     def finish(self, handle: Any) -> list[Outcome]:
         """See :class:`Executor`."""
-        task_index, with_ref, pending = handle
-        built = self.builder.collect(pending)
+        task_index, with_ref, best_s, pending = handle
+        built: Iterable[BuildResult] = self.builder.results(pending)
+        if not self.stream:
+            built = list(built)
+        it = iter(built)
         if with_ref:
-            self._refs[task_index] = built.pop()
-        return measure_batch(self.tasks[task_index], self._refs[task_index], built, self.runner)
+            self._refs[task_index] = next(it)
+        return measure_batch(self.tasks[task_index], self._refs[task_index], it, self.runner, best_s)
 
     def run(self, task_index: int, configs: Sequence[ConfigEntity]) -> list[Outcome]:
         """Build and measure ``configs`` of task ``task_index`` now."""
@@ -74,8 +86,10 @@ class LocalExecutor:
             self.runner.close()
 
 
-def measure_batch(task: Task, ref: BuildResult, built: Sequence[BuildResult], runner: Runner | None) -> list[Outcome]:
-    """Measure each built candidate of ``task`` against reference build ``ref`` with ``runner``."""
+def measure_batch(task: Task, ref: BuildResult, built: Iterable[BuildResult], runner: Runner | None,
+                  best_s: float | None = None) -> list[Outcome]:
+    """Measure each built candidate of ``task`` against reference build ``ref`` with ``runner``
+    (as ``built`` yields them); ``best_s`` is the task's best time known to the tuner."""
     out: list[Outcome] = []
     for b in built:
         if b.parts is None or runner is None:
@@ -83,5 +97,5 @@ def measure_batch(task: Task, ref: BuildResult, built: Sequence[BuildResult], ru
         elif ref.parts is None:
             out.append((b, MeasureResult(None, f"no reference: the default schedule does not build ({ref.error})")))
         else:
-            out.append((b, runner.measure(task, ref.parts, b.parts)))
+            out.append((b, runner.measure(task, ref.parts, b.parts, best_s)))
     return out

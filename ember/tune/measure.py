@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,11 +48,18 @@ class BuildResult:
 
 @dataclass
 class MeasureResult:
-    """A measured candidate: median ``seconds`` per call, or ``error`` (invalid)."""
+    """A measured candidate: median ``seconds`` per call, or ``error`` (invalid). ``times``: the
+    timed rounds' seconds per call; ``rejected``: timing stopped early because the candidate was
+    clearly slower than the best (its time is that of its rounds so far); ``elapsed``: seconds
+    the measurement took as the tuner saw it; ``phases``: the measuring process's own seconds
+    loading, checking and timing the candidate."""
 
     seconds: float | None
     error: str | None = None
     times: list[float] = field(default_factory=list)
+    rejected: bool = False
+    elapsed: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def build_one(task: Task, config: dict[str, Any]) -> BuildResult:
@@ -105,21 +112,24 @@ class LocalBuilder:
     def collect(self, handle: Any) -> list[BuildResult]:
         """The results of :meth:`start`'s builds, in the same order (a build that does not finish
         in time is a timeout result, and the pool is replaced)."""
+        return list(self.results(handle))
+
+    def results(self, handle: Any) -> Iterator[BuildResult]:
+        """:meth:`collect`'s results one at a time, each as soon as it is built (and those before
+        it), so that the first can be measured while the others build."""
         if not self.workers:
-            return list(handle)
+            yield from handle
+            return
         deadline = time.monotonic() + self.timeout * max(1, -(-len(handle) // self.workers))
-        out: list[BuildResult] = []
         broken = False
         for p in handle:
             try:
-                out.append(p.get(timeout=max(0.0, deadline - time.monotonic())))
+                yield p.get(timeout=max(0.0, deadline - time.monotonic()))
             except multiprocessing.TimeoutError:
-                why = f"build: timed out after {self.timeout:.0f} s (or the build process died)"
-                out.append(BuildResult(None, why))
                 broken = True
+                yield BuildResult(None, f"build: timed out after {self.timeout:.0f} s (or the build process died)")
         if broken:
             self.close()
-        return out
 
     def build(self, jobs: Sequence[tuple[int, dict[str, Any]]]) -> list[BuildResult]:
         """Build each ``(task index, config)``; results in the same order."""
@@ -136,25 +146,40 @@ class LocalBuilder:
 # -- timing in a measuring subprocess -----------------------------------------------------------
 class Runner:
     """Times candidates of one target in a measuring subprocess (see the module docstring).
-    ``repeats`` timed rounds of at least ``min_repeat_s`` each; ``timeout`` seconds per
+    At most ``repeats`` timed rounds of about ``min_repeat_s`` each (default 0.05 s on a CPU, 0.02 s
+    on a GPU, where a round is timed between two synchronisations), fewer when ``min_rounds``
+    rounds agree within ``stable`` or when a round is ``reject_factor`` times slower than the
+    task's best (0: never stop early for that; :mod:`ember.tune.runner`); ``timeout`` seconds per
     candidate; ``env`` extra environment of the subprocess (``CUDA_VISIBLE_DEVICES``)."""
 
-    def __init__(self, target: str, timeout: float = 30.0, repeats: int = 5, min_repeat_s: float = 0.05,
-                 env: dict[str, str] | None = None):
+    def __init__(self, target: str, timeout: float = 30.0, repeats: int = 5, min_repeat_s: float | None = None,
+                 env: dict[str, str] | None = None, min_rounds: int = 3, stable: float = 0.03,
+                 reject_factor: float = 1.5):
+        from ..target import Target
+
         self.target = target
         self.timeout = float(timeout)
         self.repeats = int(repeats)
-        self.min_repeat_s = float(min_repeat_s)
+        gpu = Target(target).is_gpu
+        self.min_repeat_s = float(min_repeat_s if min_repeat_s is not None else 0.02 if gpu else 0.05)
+        self.min_rounds, self.stable, self.reject_factor = int(min_rounds), float(stable), float(reject_factor)
         self.env = dict(env or {})
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: Any = None
+        self._sent: set[str] = set()  # tasks whose reference the running process was sent
         self.restarts = 0
+
+    def start(self) -> None:
+        """Start the measuring process now, without waiting for it: it imports while other work
+        (the first builds) goes on. :meth:`measure` starts it when this was not called."""
+        self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
                 self.restarts += 1
             self._log = tempfile.TemporaryFile()
+            self._sent = set()
             env = dict(os.environ, **self.env)
             self._proc = subprocess.Popen([sys.executable, "-m", "ember.tune.runner"], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=self._log, env=env)
@@ -172,29 +197,50 @@ class Runner:
             self._proc.kill()
             self._proc.wait()
 
-    def measure(self, task: Task, ref_parts: dict[str, bytes], parts: dict[str, bytes]) -> MeasureResult:
+    def measure(self, task: Task, ref_parts: dict[str, bytes], parts: dict[str, bytes],
+                best_s: float | None = None) -> MeasureResult:
         """Check and time ``parts`` (a candidate of ``task``) against the default schedule's
-        ``ref_parts``; never raises for a bad candidate."""
-        proc = self._start()
-        assert proc.stdin is not None and proc.stdout is not None
+        ``ref_parts``; ``best_s``: the task's best time known to the tuner (for early rejection).
+        Never raises for a bad candidate."""
+        t0 = time.perf_counter()
+        result = self._measure(task, ref_parts, parts, best_s)
+        result.elapsed = time.perf_counter() - t0
+        return result
+
+    def _measure(self, task: Task, ref_parts: dict[str, bytes], parts: dict[str, bytes],
+                 best_s: float | None) -> MeasureResult:
         header = {"op": "measure", "target": task.target, "task": task.workload, "func": FUNC_NAME,
                   "args": [s.to_json() for s in task.specs], "repeats": self.repeats,
-                  "min_repeat_s": self.min_repeat_s}
-        blobs = {**{f"ref/{k}": v for k, v in ref_parts.items()}, **{f"cand/{k}": v for k, v in parts.items()}}
-        try:
-            wire.send(proc.stdin, header, blobs)
-            ready, _, _ = select.select([proc.stdout], [], [], self.timeout)
-            if not ready:
-                self._kill()
-                return MeasureResult(None, f"run: no result within {self.timeout:.0f} s (killed)")
-            reply, _ = wire.recv(proc.stdout)
-        except (EOFError, BrokenPipeError, ValueError, OSError):
-            code = proc.wait()
-            return MeasureResult(None, f"run: the measuring process died (exit code {code}){self._stderr_tail()}")
+                  "min_repeat_s": self.min_repeat_s, "min_rounds": self.min_rounds, "stable": self.stable,
+                  "reject_factor": self.reject_factor, "best_s": best_s}
+        cand = {f"cand/{k}": v for k, v in parts.items()}
+        for _ in range(2):  # a second time with the reference when the process asks for it
+            proc = self._start()
+            assert proc.stdin is not None and proc.stdout is not None
+            with_ref = task.workload not in self._sent
+            blobs = {**({f"ref/{k}": v for k, v in ref_parts.items()} if with_ref else {}), **cand}
+            try:
+                wire.send(proc.stdin, header, blobs)
+                ready, _, _ = select.select([proc.stdout], [], [], self.timeout)
+                if not ready:
+                    self._kill()
+                    return MeasureResult(None, f"run: no result within {self.timeout:.0f} s (killed)")
+                reply, _ = wire.recv(proc.stdout)
+            except (EOFError, BrokenPipeError, ValueError, OSError):
+                code = proc.wait()
+                return MeasureResult(None, f"run: the measuring process died (exit code {code}){self._stderr_tail()}")
+            if reply.get("status") != "need_ref":
+                break
+            self._sent.discard(task.workload)
+        else:
+            return MeasureResult(None, "run: the measuring process did not take the reference")
+        self._sent.add(task.workload)
+        phases = {str(k): float(v) for k, v in (reply.get("phases") or {}).items()}
         if reply.get("status") == "ok":
-            return MeasureResult(float(reply["seconds"]), None, [float(t) for t in reply.get("times", [])])
+            return MeasureResult(float(reply["seconds"]), None, [float(t) for t in reply.get("times", [])],
+                                 bool(reply.get("rejected") or reply.get("slow")), phases=phases)
         return MeasureResult(None, f"{'wrong result' if reply.get('status') == 'wrong' else 'run'}: "
-                                   f"{reply.get('detail', '?')}")
+                                   f"{reply.get('detail', '?')}", phases=phases)
 
     def close(self) -> None:
         """Stop the measuring subprocess."""

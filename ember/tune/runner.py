@@ -2,17 +2,27 @@
 
 It reads messages (:mod:`ember.tune.wire`) from standard input and answers on the original
 standard output (the kernels' own output, if any, goes to standard error). A ``measure`` message
-carries the task's argument specs, the default schedule's parts (``ref/*``) and the candidate's
-(``cand/*``). Per task it makes the inputs once (seeded random values, the same for every
-candidate) and the reference outputs with the default schedule; then, per candidate: outputs
-poisoned (NaN, or an integer sentinel), one run, the checked outputs compared with the reference
-(float32: within ``1e-3`` of the reference's largest magnitude — different summation orders of a
-reduction differ by far less, a wrong schedule by O(1); float16/bfloat16: ``2e-2``; integers
-exactly), then a warm-up and ``repeats`` timed rounds of ``number`` calls each (``number`` chosen
-so that a round lasts ``min_repeat_s``), answered as the median seconds per call. A candidate
-whose second call takes more than ``slow_factor`` (8) times the default schedule's is answered
-with that one call's time: it cannot win, and timing it fully would cost many of its slow calls.
+carries the task's argument specs and the candidate's parts (``cand/*``), and the default
+schedule's parts (``ref/*``) the first time the tuner sends a task to this process (a message
+without them for a task this process does not hold is answered ``need_ref``, and the tuner sends
+them). Per task it keeps the inputs (seeded random values, the same for every candidate), the
+output buffers, the reference outputs computed with the default schedule, the default's time of
+one call, and the best time measured so far. Per candidate: outputs reset to poison (NaN, or an
+integer sentinel), one run, the checked outputs compared with the reference (float32: within
+``1e-3`` of the reference's largest magnitude — different summation orders of a reduction differ
+by far less, a wrong schedule by O(1); float16/bfloat16: ``2e-2``; integers exactly), then a
+warm-up and timed rounds of ``number`` calls each (``number`` chosen so that a round lasts
+``min_repeat_s``), answered as the median seconds per call. The rounds stop early:
 
+* after ``min_rounds`` (3) rounds that agree within ``stable`` (3 %): more would not move the
+  median; at most ``repeats`` rounds;
+* after any round whose time (the fastest so far) is more than ``reject_factor`` (1.5) times the
+  best time of the task (this process's best, or ``best_s`` from the tuner's records): the
+  candidate cannot win (answered with ``rejected``);
+* a candidate whose second call takes more than ``slow_factor`` (8) times the default
+  schedule's is answered with that one call's time (``slow``).
+
+The answer carries ``phases``: seconds loading the candidate, running and checking it, timing it.
 The tuner (:class:`ember.tune.measure.Runner`) kills this process when it does not answer within
 its timeout (a hang) and starts a new one when it dies (a crash).
 """
@@ -64,7 +74,12 @@ def compare(got: np.ndarray, ref: np.ndarray, dtype: str, scale: float | None = 
         work = "float32" if dtype in ("float16", "bfloat16") else ref.dtype
         g, r = got.astype(work, copy=False), ref.astype(work, copy=False)
         scale = reference_scale(r) if scale is None else scale
-        ok = np.abs(g - r) <= TOLERANCE[dtype] * max(scale, 1e-30)
+        limit = TOLERANCE[dtype] * max(scale, 1e-30)
+        diff = np.subtract(g, r)
+        np.abs(diff, out=diff)
+        if diff.size == 0 or diff.max() <= limit:  # the common case, one pass (max is NaN if any is)
+            return None
+        ok = diff <= limit
         if not ok.all():
             ok |= np.isnan(g) & np.isnan(r)
         bad = ~ok
@@ -77,71 +92,119 @@ def compare(got: np.ndarray, ref: np.ndarray, dtype: str, scale: float | None = 
     return None
 
 
+class _TaskState:
+    """What the measuring process keeps per task: the inputs, poisoned output buffers (and the host
+    poison they are reset from), the reference outputs with their scales, the default schedule's
+    time of one call and the best time measured here."""
+
+    def __init__(self, inputs: list[Any], poison: list[np.ndarray | None], refs: list[np.ndarray],
+                 scales: list[float], ref_s: float):
+        self.inputs, self.poison, self.refs, self.scales, self.ref_s = inputs, poison, refs, scales, ref_s
+        self.best_s = float("inf")  # of complete timings only (the default's single calls are no rounds)
+        self.buffers: list[Any] | None = None
+
+
 class _Measurer:
     def __init__(self) -> None:
-        #: per task: its inputs, the reference outputs with their scales, the default's time of one call
-        self.tasks: dict[str, tuple[list[Any], list[np.ndarray], list[float], float]] = {}
+        self.tasks: dict[str, _TaskState] = {}
 
-    def _args(self, dev: Any, specs: list[dict[str, Any]], inputs: list[Any]) -> list[Any]:
+    @staticmethod
+    def _host_poison(s: dict[str, Any]) -> np.ndarray:
+        dtype = "float32" if s["dtype"] == "bfloat16" else s["dtype"]
+        return np.full(tuple(s["shape"]), _poison(s["dtype"]), dtype=dtype)
+
+    def _args(self, dev: Any, specs: list[dict[str, Any]], state: _TaskState) -> list[Any]:
+        """The call's arguments: the task's inputs and its output buffers, outputs reset to poison
+        (the buffers are made once per task and reused by every candidate)."""
         from ..runtime.ndarray import array
 
-        out, k = [], 0
-        for s in specs:
-            if s["out"]:
-                out.append(array(np.full(tuple(s["shape"]), _poison(s["dtype"]),
-                                         dtype="float32" if s["dtype"] == "bfloat16" else s["dtype"]), dev,
-                                 dtype=s["dtype"]))
-            else:
-                out.append(inputs[k])
-                k += 1
-        return out
+        if state.buffers is None:
+            state.buffers = [array(p, dev, dtype=s["dtype"]) if p is not None else None
+                             for s, p in zip(specs, state.poison)]
+        else:
+            for b, p in zip(state.buffers, state.poison):
+                if p is not None:
+                    b.copyfrom(p)
+        it = iter(state.inputs)
+        return [b if b is not None else next(it) for b in state.buffers]
 
-    def _run(self, fn: Any, args: list[Any], dev: Any) -> float:
+    @staticmethod
+    def _run(fn: Any, args: list[Any], dev: Any) -> float:
         t0 = time.perf_counter()
         fn(*args)
         dev.sync()
         return time.perf_counter() - t0
 
-    def measure(self, header: dict[str, Any], blobs: dict[str, bytes]) -> dict[str, Any]:
+    def _state(self, header: dict[str, Any], blobs: dict[str, bytes], backend: Any, tgt: Target,
+               dev: Any) -> _TaskState | None:
+        """The task's state, made from the reference parts on its first candidate (None when the
+        message carries no reference and this process has not seen the task: the tuner resends)."""
         from ..runtime.ndarray import array
 
+        task = header["task"]
+        if task in self.tasks:
+            return self.tasks[task]
+        ref_parts = {k[4:]: v for k, v in blobs.items() if k.startswith("ref/")}
+        if not ref_parts:
+            return None
+        specs = header["args"]
+        rng = np.random.default_rng(0)
+        inputs = [array(_random(tuple(s["shape"]), s["dtype"], rng), dev, dtype=s["dtype"])
+                  for s in specs if not s["out"]]
+        poison = [self._host_poison(s) if s["out"] else None for s in specs]
+        state = _TaskState(inputs, poison, [], [], 0.0)
+        ref_mod = backend.load(ref_parts, tgt)
+        fn = ref_mod[header["func"]]
+        args = self._args(dev, specs, state)
+        self._run(fn, args, dev)
+        state.refs = [args[k].numpy() for k, s in enumerate(specs) if s["check"]]
+        state.scales = [reference_scale(o) for o in state.refs]
+        state.ref_s = min(self._run(fn, args, dev) for _ in range(3))
+        if len(self.tasks) >= _KEEP_TASKS:
+            self.tasks.pop(next(iter(self.tasks)))
+        self.tasks[task] = state
+        return state
+
+    def measure(self, header: dict[str, Any], blobs: dict[str, bytes]) -> dict[str, Any]:
+        t0 = time.perf_counter()
         tgt = Target(header["target"])
         backend = backend_for(tgt)
         dev = device(tgt.kind if tgt.is_gpu else "cpu", 0)
         specs = header["args"]
-        checked = [k for k, s in enumerate(specs) if s["check"]]
-        task = header["task"]
-        if task not in self.tasks:
-            rng = np.random.default_rng(0)
-            inputs = [array(_random(tuple(s["shape"]), s["dtype"], rng), dev, dtype=s["dtype"])
-                      for s in specs if not s["out"]]
-            ref_mod = backend.load({k[4:]: v for k, v in blobs.items() if k.startswith("ref/")}, tgt)
-            args = self._args(dev, specs, inputs)
-            self._run(ref_mod[header["func"]], args, dev)
-            outs = [args[k].numpy() for k in checked]
-            ref_s = min(self._run(ref_mod[header["func"]], args, dev) for _ in range(3))
-            if len(self.tasks) >= _KEEP_TASKS:
-                self.tasks.pop(next(iter(self.tasks)))
-            self.tasks[task] = (inputs, outs, [reference_scale(o) for o in outs], ref_s)
-        inputs, refs, scales, ref_s = self.tasks[task]
+        state = self._state(header, blobs, backend, tgt, dev)
+        if state is None:
+            return {"status": "need_ref"}
         mod = backend.load({k[5:]: v for k, v in blobs.items() if k.startswith("cand/")}, tgt)
         fn = mod[header["func"]]
-        args = self._args(dev, specs, inputs)
+        t1 = time.perf_counter()
+        args = self._args(dev, specs, state)
         self._run(fn, args, dev)
-        for k, ref, scale in zip(checked, refs, scales):
+        checked = [k for k, s in enumerate(specs) if s["check"]]
+        for k, ref, scale in zip(checked, state.refs, state.scales):
             why = compare(args[k].numpy(), ref, specs[k]["dtype"], scale)
             if why:
                 return {"status": "wrong", "detail": why}
+        t2 = time.perf_counter()
+        reply = self._time(fn, args, dev, header, state)
+        reply["phases"] = {"load": t1 - t0, "check": t2 - t1, "time": time.perf_counter() - t2}
+        return reply
+
+    def _time(self, fn: Any, args: list[Any], dev: Any, header: dict[str, Any], state: _TaskState) -> dict[str, Any]:
+        """Time a checked candidate (see the module docstring): its answer without ``phases``."""
         one = self._run(fn, args, dev)
-        slow = float(header.get("slow_factor", 8.0))
-        if one > slow * ref_s and one > 1e-3:
+        if one > float(header.get("slow_factor", 8.0)) * state.ref_s and one > 1e-3:
             # Far slower than the default schedule: its one timed call is answer enough (it cannot
             # win, and timing it fully would cost the search many calls of it).
             return {"status": "ok", "seconds": one, "times": [one], "number": 1, "slow": True}
         min_s = float(header.get("min_repeat_s", 0.05))
+        repeats = max(1, int(header.get("repeats", 5)))
+        min_rounds = min(repeats, int(header.get("min_rounds", 3)))
+        stable, reject = float(header.get("stable", 0.03)), float(header.get("reject_factor", 1.5))
+        best = min(state.best_s, float(header.get("best_s") or "inf"))
         number = self._calls_per_round(fn, args, dev, min_s)
-        times = []
-        for _ in range(int(header.get("repeats", 5))):
+        times: list[float] = []
+        rejected = False
+        while len(times) < repeats:
             t0 = time.perf_counter()
             calls = 0
             # A round ends after `number` calls, or early when the machine is slower than the
@@ -151,9 +214,18 @@ class _Measurer:
                 calls += 1
             dev.sync()
             times.append((time.perf_counter() - t0) / calls)
-        return {"status": "ok", "seconds": statistics.median(times), "times": times, "number": number}
+            if reject > 0 and min(times) > reject * best:
+                rejected = True  # clearly slower than the best so far: it cannot win
+                break
+            if len(times) >= min_rounds and max(times) <= (1 + stable) * min(times):
+                break  # the rounds agree: more of them would not move the median
+        seconds = statistics.median(times)
+        if not rejected:
+            state.best_s = min(state.best_s, seconds)
+        return {"status": "ok", "seconds": seconds, "times": times, "number": number, "rejected": rejected}
 
-    def _calls_per_round(self, fn: Any, args: list[Any], dev: Any, min_s: float) -> int:
+    @staticmethod
+    def _calls_per_round(fn: Any, args: list[Any], dev: Any, min_s: float) -> int:
         """Calls that last about ``min_s`` seconds (counted over a warm-up of ``min_s / 4``)."""
         calls, t0 = 0, time.perf_counter()
         while calls == 0 or time.perf_counter() - t0 < min_s / 4:

@@ -86,6 +86,19 @@ class TuneResult:
     built: int = 0
     build_failed: int = 0
     notes: list[str] = field(default_factory=list)
+    #: where the time went, in seconds: the tuner's own ``setup`` (starting workers), ``search``
+    #: (cost model and proposals), ``wait`` (for builds and measurements), ``store`` (records);
+    #: the workers' ``build`` and ``measure`` time summed over candidates (``measure_load``,
+    #: ``measure_check``, ``measure_time``: its parts in the measuring process)
+    phases: dict[str, float] = field(default_factory=dict)
+    #: measurements that stopped early because the candidate was clearly slower than the best
+    rejected: int = 0
+
+    @property
+    def trials_per_minute(self) -> float:
+        """New trials per minute of the tuning loop (starting the workers not counted)."""
+        loop = self.elapsed - self.phases.get("setup", 0.0)
+        return self.new_trials / loop * 60 if loop > 0 else 0.0
 
     @property
     def latency(self) -> float | None:
@@ -114,11 +127,24 @@ class TuneResult:
         if self.latency is not None:
             extra = f" (default schedules: {self.default_latency * 1e3:.3f} ms)" if self.default_latency else ""
             lines.append(f"estimated time of the tuned kernels per run: {self.latency * 1e3:.3f} ms{extra}")
+        if self.new_trials:
+            lines.append(self.describe_phases())
         lines += self.notes
         if self.measured and any(t.best_seconds for t in self.tasks):
             kind = self.target.split()[0]
             lines.append(f"ember.compile(model, {kind!r}, tuning_db={self.db!r}) applies the best records")
         return "\n".join(lines)
+
+
+    def describe_phases(self) -> str:
+        """One line: trials per minute and where the time went (:attr:`phases`)."""
+        p = self.phases
+        g = lambda k: p.get(k, 0.0)  # noqa: E731
+        return (f"{self.trials_per_minute:.1f} trials/min; tuner: setup {g('setup'):.1f} s, "
+                f"search {g('search'):.1f} s, waiting {g('wait'):.1f} s, records {g('store'):.1f} s; "
+                f"workers: builds {g('build'):.1f} s, "
+                f"measurements {g('measure'):.1f} s (load {g('measure_load'):.1f}, check {g('measure_check'):.1f}, "
+                f"timing {g('measure_time'):.1f}); {self.rejected} timing(s) stopped early as clearly slower")
 
 
 def parse_time_budget(value: float | int | str | None) -> float | None:
@@ -256,7 +282,7 @@ def _executor(tasks: list[Task], tgt: Target, workers: int | None, dask: str | N
     if workers is None and dask is None:
         n = _default_workers()
         runner = Runner(str(tgt), timeout=timeout, repeats=repeats) if measuring else None
-        return LocalExecutor(tasks, n, runner, build_timeout=max(timeout, 60.0)), n
+        return LocalExecutor(tasks, n, runner, build_timeout=max(timeout, 60.0), stream=tgt.is_gpu), n
     from .distributed import DaskExecutor
 
     ex = DaskExecutor(tasks, tgt, workers=workers, address=dask, measuring=measuring, timeout=timeout,
@@ -309,12 +335,17 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
                             "nothing is measured or recorded; measuring needs the device")
     executor: Executor | None = None
     bar = _progress(max(0, trials - done), len(tasks), quiet)
-    # On a GPU the next batch builds on the CPU cores while this one is measured on the device; on
-    # a CPU target builds and timings never overlap (they would compete for the cores).
-    overlap = 1 if tgt.is_gpu and measuring else 0
+    # On a GPU the next two batches build on the CPU cores while this one is measured on the device
+    # (each candidate measured as soon as it is built), so the device does not wait while the tuner
+    # stores a batch and proposes the next; on a CPU target builds and timings never overlap (they
+    # would compete for the cores).
+    overlap = 2 if tgt.is_gpu and measuring else 0
+    phases = result.phases
     try:
         if tasks and done < trials:
+            clock = time.monotonic()
             executor, nworkers = _executor(tasks, tgt, workers, dask, measuring, timeout, repeats)
+            phases["setup"] = time.monotonic() - clock
             size = batch or max(8, 2 * nworkers)
             inflight: list[tuple[int, list[ConfigEntity], Any]] = []
             proposed, stopping = done, False
@@ -328,8 +359,9 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
                         if not inflight:
                             result.notes.append("every task's space is exhausted")
                         stopping = not inflight
-                    elif cfgs := searches[i].propose(min(size, trials - proposed)):
-                        inflight.append((i, cfgs, executor.start(i, cfgs)))
+                    elif cfgs := _timed(phases, "search", searches[i].propose, min(size, trials - proposed)):
+                        best = searches[i].best
+                        inflight.append((i, cfgs, executor.start(i, cfgs, best[1] if best else None)))
                         proposed += len(cfgs)
                         tried[i] += 1
                         added = True
@@ -340,7 +372,9 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
                 if added and len(inflight) <= overlap:
                     continue
                 i, cfgs, handle = inflight.pop(0)
-                _store(result, searches[i], tasks[i], tkey, cfgs, executor.finish(handle), tdb if measuring else None)
+                outcomes = _timed(phases, "wait", executor.finish, handle)
+                _timed(phases, "store", _store, result, searches[i], tasks[i], tkey, cfgs, outcomes,
+                       tdb if measuring else None)
                 done += len(cfgs)
                 if bar is not None:
                     bar.update(len(cfgs))
@@ -365,9 +399,16 @@ def _store(result: TuneResult, search: TaskSearch, task: Task, tkey: TargetKey, 
            outcomes: list[Any], tdb: TuningDB | None) -> None:
     """Note a measured batch in the search and the result, and in ``tdb`` (None: not recorded)."""
     recs = []
+    p = result.phases
     for cfg, (b, m) in zip(cfgs, outcomes):
         result.built += b.parts is not None
         result.build_failed += b.parts is None
+        p["build"] = p.get("build", 0.0) + b.seconds
+        if m is not None:
+            p["measure"] = p.get("measure", 0.0) + m.elapsed
+            for k, v in m.phases.items():
+                p[f"measure_{k}"] = p.get(f"measure_{k}", 0.0) + v
+            result.rejected += m.rejected
         seconds = m.seconds if m is not None else None
         error = (m.error if m is not None else b.error) or (None if seconds else "not measured")
         search.add(cfg, seconds)
@@ -377,6 +418,15 @@ def _store(result: TuneResult, search: TaskSearch, task: Task, tkey: TargetKey, 
     result.new_trials += len(cfgs)
     if tdb is not None:
         tdb.add(recs)
+
+
+def _timed(phases: dict[str, float], phase: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, its seconds added to ``phases[phase]``."""
+    t0 = time.monotonic()
+    try:
+        return fn(*args)
+    finally:
+        phases[phase] = phases.get(phase, 0.0) + time.monotonic() - t0
 
 
 def _task_result(task: Task, search: TaskSearch, measuring: bool = True) -> TaskResult:
