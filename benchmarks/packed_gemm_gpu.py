@@ -5,10 +5,11 @@ transformer's linear layers) compiled for ``cuda`` by ``ember.compile``; its ker
 CUPTI through ``torch.profiler`` (the sum of the GPU time of the kernels of one run: launch gaps
 are not counted, so the figure is the schedule's), next to ``torch.matmul`` timed the same way
 with TF32 off. ``--tiles`` restricts the packed GEMM's tilings to one at a time (the strategy's
-:data:`~ember.strategy.gpu.GEMM_TILES`), so each tiling of each shape is measured as the default
-heuristic would run it (split-K included).
+:data:`~ember.strategy.gpu.GEMM_TILES`, with no ``LARGE_TILE``), so each tiling of each shape is
+measured as the default heuristic would run it (split-K included); ``--stages`` fixes the
+software pipeline's depth (``PIPELINE_STAGES``).
 
-    python benchmarks/packed_gemm_gpu.py [--tiles 128x128x8x8,64x64x4x4] [--json OUT.json]
+    python benchmarks/packed_gemm_gpu.py [--tiles 128x128x8x8,64x64x4x4] [--stages 1,2,3] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def main() -> int:
     """Measure every shape of :data:`SHAPES` at every tiling of ``--tiles``; print and write JSON."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--tiles", default="", help="BMxBNxTMxTN,... (default: the strategy's heuristic only)")
+    ap.add_argument("--stages", default="", help="pipeline stage counts to try, e.g. 1,2,3 (default: the heuristic's)")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -82,7 +84,10 @@ def main() -> int:
     dev = ember.cuda(0)
     rng = np.random.default_rng(0)
     tilings: list[tuple[int, int, int, int] | None] = [None, *_parse_tiles(args.tiles)]
-    default_tiles = gpu_strategy.GEMM_TILES
+    stage_counts: list[int | None] = [None, *(int(v) for v in args.stages.split(",") if v)]
+    variants = [(None, None)] + [(t, st) for t in tilings[1:] for st in (stage_counts[1:] or [None])]
+    default_tiles, default_large = gpu_strategy.GEMM_TILES, gpu_strategy.LARGE_TILE
+    default_stages = gpu_strategy.PIPELINE_STAGES
     rows_out = []
     for rows, m, k, n in SHAPES:
         onnx_bytes, w, x = _model(rows, m, k, n, rng)
@@ -90,22 +95,26 @@ def main() -> int:
         tx, tw = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
         t_torch = _gpu_us(lambda tx=tx, tw=tw: torch.matmul(tx, tw), args.iters)
         flops = 2.0 * rows * m * k * n
-        for tiling in tilings:
-            gpu_strategy.GEMM_TILES = default_tiles if tiling is None else (tiling,)
+        for tiling, stages in variants:
+            if tiling is not None:
+                gpu_strategy.GEMM_TILES, gpu_strategy.LARGE_TILE = (tiling,), None
+            gpu_strategy.PIPELINE_STAGES = default_stages if stages is None else stages
             try:
                 model = ember.compile(onnx_bytes, target="cuda", use_cache=False)
             finally:
-                gpu_strategy.GEMM_TILES = default_tiles
+                gpu_strategy.GEMM_TILES, gpu_strategy.LARGE_TILE = default_tiles, default_large
+                gpu_strategy.PIPELINE_STAGES = default_stages
             ex = ember.nd.array(x, dev)
             out = model.run_on_device(x=ex)
             got = (out[0] if isinstance(out, (list, tuple)) else out).numpy()
             err = float(np.abs(got - ref).max() / np.abs(ref).max())
             t = _gpu_us(lambda model=model, ex=ex: model.run_on_device(x=ex), args.iters)
-            row = {"shape": [rows, m, k, n], "tiling": "default" if tiling is None else "x".join(map(str, tiling)),
+            name = "default" if tiling is None else "x".join(map(str, tiling)) + f"/s{stages or 'auto'}"
+            row = {"shape": [rows, m, k, n], "tiling": name,
                    "ember_us": t, "cublas_us": t_torch, "ratio": t / t_torch, "ember_TFLOPs": flops / t / 1e6,
                    "cublas_TFLOPs": flops / t_torch / 1e6, "max_rel_err": err, "kernels": model.num_kernels}
             rows_out.append(row)
-            print(f"{rows}x{m}x{k}x{n:<6} {row['tiling']:>12}: ember {t:8.1f} us ({row['ember_TFLOPs']:5.1f} TFLOP/s)"
+            print(f"{rows}x{m}x{k}x{n:<6} {row['tiling']:>15}: ember {t:8.1f} us ({row['ember_TFLOPs']:5.1f} TFLOP/s)"
                   f"  cuBLAS {t_torch:8.1f} us  ratio {t / t_torch:5.2f}  err {err:.1e}", flush=True)
     if args.json:
         info = {"device": dev.attributes["device_name"], "torch": torch.__version__,
