@@ -18,9 +18,11 @@ warm-up and timed rounds of ``number`` calls each (``number`` chosen so that a r
   median; at most ``repeats`` rounds;
 * after any round whose time (the fastest so far) is more than ``reject_factor`` (1.5) times the
   best time of the task (this process's best, or ``best_s`` from the tuner's records): the
-  candidate cannot win (answered with ``rejected``);
+  candidate cannot win (answered with ``rejected``); before the first round when the warm-up's
+  time per call is already more than twice that (answered with the warm-up's time);
 * a candidate whose second call takes more than ``slow_factor`` (8) times the default
-  schedule's is answered with that one call's time (``slow``).
+  schedule's is answered with that one call's time (``slow``), one whose first call (the checked
+  one) takes more than twice that and over 50 ms with the first call's time.
 
 The answer carries ``phases``: seconds loading the candidate, running and checking it, timing it.
 The tuner (:class:`ember.tune.measure.Runner`) kills this process when it does not answer within
@@ -178,14 +180,19 @@ class _Measurer:
         fn = mod[header["func"]]
         t1 = time.perf_counter()
         args = self._args(dev, specs, state)
-        self._run(fn, args, dev)
+        first = self._run(fn, args, dev)
         checked = [k for k, s in enumerate(specs) if s["check"]]
         for k, ref, scale in zip(checked, state.refs, state.scales):
             why = compare(args[k].numpy(), ref, specs[k]["dtype"], scale)
             if why:
                 return {"status": "wrong", "detail": why}
         t2 = time.perf_counter()
-        reply = self._time(fn, args, dev, header, state)
+        slow = float(header.get("slow_factor", 8.0))
+        if first > 2 * slow * state.ref_s and first > 0.05:
+            # So slow that the first call's cold start cannot explain it: that call is the answer.
+            reply = {"status": "ok", "seconds": first, "times": [first], "number": 1, "slow": True}
+        else:
+            reply = self._time(fn, args, dev, header, state)
         reply["phases"] = {"load": t1 - t0, "check": t2 - t1, "time": time.perf_counter() - t2}
         return reply
 
@@ -201,7 +208,11 @@ class _Measurer:
         min_rounds = min(repeats, int(header.get("min_rounds", 3)))
         stable, reject = float(header.get("stable", 0.03)), float(header.get("reject_factor", 1.5))
         best = min(state.best_s, float(header.get("best_s") or "inf"))
-        number = self._calls_per_round(fn, args, dev, min_s)
+        number, estimate = self._calls_per_round(fn, args, dev, min_s)
+        if reject > 0 and estimate > 2 * reject * best:
+            # The warm-up alone shows it far slower than the best: no round is needed to know it
+            # cannot win (rounds would only narrow down how much slower it is).
+            return {"status": "ok", "seconds": estimate, "times": [estimate], "number": number, "rejected": True}
         times: list[float] = []
         rejected = False
         while len(times) < repeats:
@@ -225,14 +236,16 @@ class _Measurer:
         return {"status": "ok", "seconds": seconds, "times": times, "number": number, "rejected": rejected}
 
     @staticmethod
-    def _calls_per_round(fn: Any, args: list[Any], dev: Any, min_s: float) -> int:
-        """Calls that last about ``min_s`` seconds (counted over a warm-up of ``min_s / 4``)."""
+    def _calls_per_round(fn: Any, args: list[Any], dev: Any, min_s: float) -> tuple[int, float]:
+        """Calls that last about ``min_s`` seconds, counted over a warm-up of ``min_s / 4``, and
+        the warm-up's seconds per call."""
         calls, t0 = 0, time.perf_counter()
         while calls == 0 or time.perf_counter() - t0 < min_s / 4:
             fn(*args)
             calls += 1
         dev.sync()
-        return max(1, int(calls * min_s / max(time.perf_counter() - t0, 1e-9)))
+        spent = max(time.perf_counter() - t0, 1e-9)
+        return max(1, int(calls * min_s / spent)), spent / calls
 
 
 def main() -> int:
