@@ -258,7 +258,8 @@ def compile(
         source = _source_of(model, target, input_shapes, fuse, precision)
         per_shape = _per_shape(exc, target, _variant_compiler(  # (a float16 model is rewritten already)
             source["onnx"] if source else model, target, input_shapes, fuse, verbose, use_cache, cuda_graphs,
-            "tf32" if tf32 else "float32", tuning_db))
+            "tf32" if tf32 else "float32", tuning_db), symbolic=(source["onnx"] if source else model, input_shapes,
+                                                                 fuse, tf32))
         per_shape.source = source
         return _with_graphs(per_shape, cuda_graphs, dev)
     except NeedsHostStages as exc:  # text, random draws, NonMaxSuppression: host stages around a compiled part
@@ -357,16 +358,19 @@ def _source_of(model: Any, target: str, input_shapes: Mapping[str, Sequence[int]
     return {"onnx": data, "options": options}
 
 
-def _per_shape(declared: Any, target: str, compile_variant: Any) -> Model:
+def _per_shape(declared: Any, target: str, compile_variant: Any, symbolic: tuple[Any, ...] | None = None) -> Model:
     """A model compiled per input shape (:class:`ember.model.dynamic.ShapeSpecializer`) for
     the inputs a :class:`~ember.frontend.onnx.SymbolicShapes` declares; ``compile_variant``
-    compiles one variant (name -> shape of each shaped input)."""
+    compiles one variant (name -> shape of each shaped input); ``symbolic`` (the ONNX model,
+    fixed input shapes, fuse, tf32) lets it first try one compile for every size."""
     from .model.dynamic import ShapeSpecializer
     from .model.program import TensorSpec
+    from .specialize import symbolic_compiler
 
     specs = [TensorSpec(n, dims, dt) for n, dims, dt in declared.inputs]
+    once = symbolic_compiler(symbolic[0], specs, symbolic[1], str(Target(target)), *symbolic[2:]) if symbolic else None
     return Model(specializer=ShapeSpecializer(specs, declared.input_names, declared.outputs, str(Target(target)),
-                                              compile_variant))
+                                              compile_variant, compile_symbolic=once))
 
 
 def _variant_compiler(model: Any, target: str, input_shapes: Mapping[str, Sequence[int]] | None, fuse: bool,
@@ -408,4 +412,11 @@ def _with_compiler(model: Model) -> Model:
     spec.compile_shapes = _variant_compiler(model.source["onnx"], str(opts.get("target", "llvm")),
                                             opts.get("input_shapes"), bool(opts.get("fuse", True)), False, True,
                                             model.cuda_graphs, str(opts.get("precision", "float32")))
+    if spec.compile_symbolic is None and spec.symbolic_status == "not available":
+        from .specialize import symbolic_compiler
+
+        spec.compile_symbolic = symbolic_compiler(model.source["onnx"], spec.declared, opts.get("input_shapes"),
+                                                  spec.target, bool(opts.get("fuse", True)),
+                                                  opts.get("precision") == "tf32")
+        spec.symbolic_status = "not tried"
     return model

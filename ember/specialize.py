@@ -164,3 +164,27 @@ def _regroup(s: Structure, by_name: Mapping[str, Any]) -> Any:
     if isinstance(s, str):
         return by_name[s]
     return [_regroup(x, by_name) for x in s]
+
+
+def symbolic_compiler(model: Any, declared: Sequence[Any], input_shapes: Mapping[str, Sequence[int]] | None,
+                      target: str, fuse: bool = True, tf32: bool = False) -> Callable[[], Any]:
+    """The compile step of a model with symbolic dimensions compiled once for every size
+    (:func:`ember.model.symbolic.build_symbolic`): ``model`` (ONNX bytes, path or ModelProto),
+    ``declared`` (its shaped inputs, :class:`~ember.model.program.TensorSpec` with symbol
+    names), ``input_shapes`` (the inputs fixed when compiling). The returned function raises
+    :class:`~ember.model.symbolic.NotSymbolic` when the model cannot be compiled that way."""
+    from .model.symbolic import NotSymbolic, build_symbolic, symbols_of
+
+    fixed = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
+    specs = list(declared)
+
+    def graph_at(sizes: dict[str, int]) -> Graph:
+        shapes = {s.name: tuple(sizes[d] if isinstance(d, str) else int(d) for d in s.shape) for s in specs}
+        try:
+            return import_onnx(model, {**fixed, **shapes})
+        except NotSymbolic:
+            raise
+        except Exception as exc:  # sequence inputs, host stages, values deciding shapes: per shape
+            raise NotSymbolic(f"the model does not import with fixed sizes ({type(exc).__name__}: {exc})") from exc
+
+    return lambda: build_symbolic(graph_at, symbols_of(specs), target, fuse, tf32)

@@ -13,6 +13,15 @@ Each variant is an ordinary model, so it runs exactly as a fixed-shape build doe
 execution contexts, memory plan and, on CUDA, graphs); a dropped variant takes its run state
 with it. Constants equal between variants (the weights, usually) are one array in host memory.
 This module holds only the cache: the compile step is handed in by the driver.
+
+Before compiling per shape, the specialiser tries once (at the first call) to compile the model
+**for every size** with symbolic extents (:mod:`ember.model.symbolic`, when the driver hands in
+``compile_symbolic``): sizes within that build's range then cost a program made from it (shapes
+evaluated, memory planned: well under a millisecond) instead of a compile, kept in an LRU of
+``max_instances`` (64) that drops without a warning (a program is made again as cheaply). When
+the model cannot be compiled that way, the reason is logged once (``ember.dynamic``, INFO) and
+kept in :attr:`ShapeSpecializer.symbolic_status`; sizes outside the build's range are compiled
+per shape as above.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from ..errors import (
 )
 from .model import Model
 from .program import Program, TensorSpec
+from .symbolic import NotSymbolic, SymbolicBuild, symbols_of
 
 #: A declared dimension: a size, or the name of a size given at call time.
 Dim = int | str
@@ -47,6 +57,10 @@ ShapeKey = tuple[tuple[int, ...], ...]
 CompileShapes = Callable[[dict[str, tuple[int, ...]]], Model]
 #: Variants kept per model unless ``max_variants`` says otherwise.
 DEFAULT_MAX_VARIANTS = 8
+#: Programs made from a symbolic build kept per model (cheap to make again: no warning on dropping).
+DEFAULT_MAX_INSTANCES = 64
+#: Compiles the model once for every size of its symbols (raises NotSymbolic when it cannot).
+CompileSymbolic = Callable[[], SymbolicBuild]
 #: Input dtypes checked before a variant is compiled (the executor checks the others after).
 _PLAIN_DTYPES = frozenset({"bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
                            "uint16", "uint32", "uint64"})
@@ -61,6 +75,8 @@ class EvictionWarning(UserWarning):
 def shape_of(value: Any) -> tuple[int, ...]:
     """The shape of an input value (a NumPy or ember array, a torch tensor, nested lists)."""
     shp = getattr(value, "shape", None)
+    if type(shp) is tuple and all(type(d) is int for d in shp):  # NumPy arrays: the shape as it is
+        return shp
     if shp is None:
         shp = np.shape(value)
     return tuple(int(d) for d in shp)
@@ -131,8 +147,17 @@ class ShapeSpecializer:
     Thread-safe: lookups take a short lock, compiles run one at a time."""
 
     def __init__(self, declared: Sequence[TensorSpec], input_names: Sequence[str], output_names: Sequence[str],
-                 target: str, compile_shapes: CompileShapes | None, max_variants: int = DEFAULT_MAX_VARIANTS):
+                 target: str, compile_shapes: CompileShapes | None, max_variants: int = DEFAULT_MAX_VARIANTS,
+                 compile_symbolic: CompileSymbolic | None = None):
         self.declared = list(declared)
+        #: Compiles the symbolic build (None: per shape only). Tried once, at the first call.
+        self.compile_symbolic = compile_symbolic
+        #: "not tried", "built", or why the model is compiled per shape instead.
+        self.symbolic_status = "not tried" if compile_symbolic is not None else "not available"
+        self._symbolic: SymbolicBuild | None = None
+        self._symbols = symbols_of(self.declared)
+        self._instances: OrderedDict[ShapeKey, Model] = OrderedDict()
+        self.max_instances = DEFAULT_MAX_INSTANCES
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.target = target
@@ -144,10 +169,26 @@ class ShapeSpecializer:
             weakref.WeakValueDictionary()
         self._lock = threading.Lock()
         self._compile_lock = threading.Lock()
-        #: Calls answered by a kept variant, variants compiled (or loaded), variants dropped.
+        #: Calls answered by a kept variant, variants compiled (or loaded, the symbolic build
+        #: included), variants dropped; programs made from the symbolic build.
         self.hits = 0
         self.compiles = 0
         self.evictions = 0
+        self.instances = 0
+
+    def per_shape_only(self) -> None:
+        """Compile every input shape's variant of its own from now on (no symbolic build; one
+        already made is dropped with the programs made from it)."""
+        with self._compile_lock, self._lock:
+            self.compile_symbolic = None
+            self.symbolic_status = "turned off (per_shape_only)"
+            self._symbolic = None
+            self._instances.clear()
+
+    @property
+    def symbolic(self) -> SymbolicBuild | None:
+        """The model compiled once for every size in a range (:mod:`ember.model.symbolic`), or None."""
+        return self._symbolic
 
     @property
     def max_variants(self) -> int:
@@ -179,6 +220,11 @@ class ShapeSpecializer:
         the model's declared dimensions)."""
         key = tuple(shape_of(given[s.name]) for s in self.declared)
         with self._lock:
+            model = self._instances.get(key)
+            if model is not None:
+                self._instances.move_to_end(key)
+                self.hits += 1
+                return model
             model = self._variants.get(key)
             if model is not None:
                 self._variants.move_to_end(key)
@@ -186,11 +232,13 @@ class ShapeSpecializer:
                 return model
         with self._compile_lock:
             with self._lock:
-                model = self._variants.get(key)
+                model = self._variants.get(key) or self._instances.get(key)
             if model is None:
                 shapes = self._named(key)
-                check_shapes(self.declared, shapes)
+                sizes = check_shapes(self.declared, shapes)
                 check_dtypes(self.declared, given)
+                model = self._from_symbolic(key, sizes)
+            if model is None:
                 if self.compile_shapes is None:
                     raise EmberError(
                         f"this model was loaded with compiled variants for {self.variants} only and cannot compile "
@@ -209,6 +257,35 @@ class ShapeSpecializer:
                         add_note(f"(while compiling the model for the input shapes {shapes})")
                     raise
                 self.add(shapes, model)
+        return model
+
+    def _from_symbolic(self, key: ShapeKey, sizes: Mapping[str, int]) -> Model | None:
+        """The program for these sizes made from the symbolic build (compiled at the first call),
+        kept; None when there is no build or the sizes lie outside its range. Holds the compile lock."""
+        if self.symbolic_status == "not tried" and self.compile_symbolic is not None:
+            try:
+                self._symbolic = self.compile_symbolic()
+            except NotSymbolic as exc:
+                self.symbolic_status = str(exc)
+                _log.info("the model is compiled per input shape, not once for every size: %s", exc)
+            else:
+                self.symbolic_status = "built"
+                self.compiles += 1
+                b = self._symbolic
+                _log.info("compiled the model once for every size (%s) in %.2f s",
+                          ", ".join(f"{n} in [{lo}, {hi}]" for n, lo, hi in zip(b.symbols, b.lo, b.hi)), b.seconds)
+        b = self._symbolic
+        if b is None:
+            return None
+        vals = tuple(int(sizes[n]) for n in b.symbols)
+        if not b.accepts(vals):
+            return None
+        model = Model(b.program(vals))
+        with self._lock:
+            self._instances[key] = model
+            self.instances += 1
+            while len(self._instances) > self.max_instances:
+                self._instances.popitem(last=False)
         return model
 
     def add(self, shapes: Mapping[str, tuple[int, ...]], model: Model) -> None:

@@ -18,9 +18,11 @@ for ``llvm``, :class:`~ember.strategy.gpu.GPUStrategy` for ``cuda`` and ``rocm``
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .. import te
@@ -36,9 +38,27 @@ if TYPE_CHECKING:
     from .space import ConfigEntity, ConfigSpace
 
 
+#: Sizes the heuristics assume for symbolic extents (:func:`size_hints`); the loops stay symbolic.
+_SIZE_HINTS: contextvars.ContextVar[Mapping[E.Var, int] | None] = contextvars.ContextVar("size_hints", default=None)
+
+
+@contextlib.contextmanager
+def size_hints(hints: Mapping[E.Var, int]) -> Iterator[None]:
+    """In this block, :func:`extent` reads a symbolic extent as its value at ``hints`` (symbolic
+    size -> typical value): schedules of kernels compiled for every size (:mod:`ember.model.symbolic`)
+    choose their tiles for a typical size instead of treating the size as 1. The loops keep their
+    symbolic extents (non-dividing splits get guards as usual)."""
+    token = _SIZE_HINTS.set(dict(hints))
+    try:
+        yield
+    finally:
+        _SIZE_HINTS.reset(token)
+
+
 def extent(iv: IterVar, literal: bool = False) -> int:
     """The constant extent of ``iv``'s domain (after simplification); 1 when it is not a
-    constant (a symbolic size), so heuristics treat unknown extents as small.
+    constant (a symbolic size), so heuristics treat unknown extents as small — or, inside
+    :func:`size_hints`, its value at the hinted sizes.
 
     With ``literal``, only an extent written as an integer literal counts (no simplification):
     a reduction axis made as ``te.reduce_axis((0, K))`` has extent ``K - 0`` and counts as 1.
@@ -47,6 +67,11 @@ def extent(iv: IterVar, literal: bool = False) -> int:
     if iv.dom is None:
         return 1
     v = E.const_int_value(iv.dom.extent if literal else simplify(iv.dom.extent))
+    hints = _SIZE_HINTS.get()
+    if v is None and hints and not literal:
+        from ..ir.visitor import substitute
+
+        v = E.const_int_value(simplify(substitute(iv.dom.extent, {k: E.const(n, k.dtype) for k, n in hints.items()})))
     return int(v) if v is not None else 1
 
 

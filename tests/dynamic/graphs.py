@@ -114,3 +114,96 @@ def if_on_rate_lstm(rng: np.random.Generator):
     rate = helper.make_tensor_value_info("rate", TensorProto.INT64, [])
     h = helper.make_tensor_value_info("h", TensorProto.FLOAT, None)
     return _model(nodes, [x, rate], [h], inits)
+
+
+def attention_block(rng: np.random.Generator, d: int = 20, heads: int = 2, ffn: int = 36):
+    """A transformer encoder block, x[batch, seq, d] -> y[batch, seq, d]: LayerNormalization, Q/K/V
+    projections, the heads split by a Reshape whose target shape is built from Shape ops (as
+    exporters write it), scaled scores [batch, heads, seq, seq], Softmax over the keys (a reduction
+    over ``seq``), the heads merged back, the output projection and residual, then a Relu MLP and a
+    second residual. ``batch`` and ``seq`` are symbolic."""
+    dh = d // heads
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+
+    inits = {"g": (1 + 0.1 * rng.standard_normal(d)).astype(np.float32), "be": w(d), "wq": w(d, d), "wk": w(d, d),
+             "wv": w(d, d), "wo": w(d, d), "w1": w(d, ffn), "b1": w(ffn), "w2": w(ffn, d), "b2": w(d),
+             "scale": np.array(1 / np.sqrt(dh), np.float32), "i0": np.array([0], np.int64),
+             "i2": np.array([2], np.int64), "hd": np.array([heads, dh], np.int64), "md": np.array([d], np.int64)}
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "be"], ["n"], axis=-1, epsilon=1e-5),
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Slice", ["sx", "i0", "i2"], ["bs"]),  # [batch, seq]
+        helper.make_node("Concat", ["bs", "hd"], ["split"], axis=0),  # [batch, seq, heads, dh]
+        helper.make_node("Concat", ["bs", "md"], ["merge"], axis=0),  # [batch, seq, d]
+    ]
+    for p in "qkv":
+        nodes += [helper.make_node("MatMul", ["n", f"w{p}"], [f"{p}0"]),
+                  helper.make_node("Reshape", [f"{p}0", "split"], [f"{p}1"]),
+                  helper.make_node("Transpose", [f"{p}1"], [f"{p}h"], perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3])]
+    nodes += [
+        helper.make_node("MatMul", ["qh", "kh"], ["s0"]),  # [batch, heads, seq, seq]
+        helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+        helper.make_node("Softmax", ["s1"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "vh"], ["c0"]),  # [batch, heads, seq, dh]
+        helper.make_node("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["c1", "merge"], ["c2"]),
+        helper.make_node("MatMul", ["c2", "wo"], ["o"]),
+        helper.make_node("Add", ["x", "o"], ["r1"]),
+        helper.make_node("MatMul", ["r1", "w1"], ["f0"]),
+        helper.make_node("Add", ["f0", "b1"], ["f1"]),
+        helper.make_node("Relu", ["f1"], ["f2"]),
+        helper.make_node("MatMul", ["f2", "w2"], ["f3"]),
+        helper.make_node("Add", ["f3", "b2"], ["f4"]),
+        helper.make_node("Add", ["r1", "f4"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", d])
+    return _model(nodes, [x], [y], [numpy_helper.from_array(a, n) for n, a in inits.items()])
+
+
+def positions_from_range(rng: np.random.Generator, d: int = 6):
+    """x[1, seq, d] + (Range(0, seq) as float)[:, None] * w: the position values are computed from
+    the input's shape, so compiling folds them into a constant that depends on ``seq``."""
+    w = rng.standard_normal((1, d)).astype(np.float32)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Gather", ["sx", "one"], ["n"], axis=0),
+        helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+        helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["rf", "ax"], ["rc"]),
+        helper.make_node("Mul", ["rc", "w"], ["pos"]),
+        helper.make_node("Add", ["x", "pos"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(a, n) for n, a in [
+        ("w", w), ("zero", np.array(0, np.int64)), ("one", np.array(1, np.int64)), ("ax", np.array([1], np.int64))]]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", d])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", d])
+    return _model(nodes, [x], [y], inits)
+
+
+def capped_slice(rng: np.random.Generator, cap: int = 50, d: int = 5):
+    """x[seq, d] -> Tanh(x[:cap] @ w): the Slice keeps min(seq, cap) rows, a size that is linear in
+    ``seq`` only below ``cap``."""
+    w = rng.standard_normal((d, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Slice", ["x", "s0", "s1", "s2"], ["xs"]),
+        helper.make_node("MatMul", ["xs", "w"], ["m"]),
+        helper.make_node("Tanh", ["m"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(a, n) for n, a in [
+        ("w", w), ("s0", np.array([0], np.int64)), ("s1", np.array([cap], np.int64)), ("s2", np.array([0], np.int64))]]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", d])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])
+    return _model(nodes, [x], [y], inits)
+
+
+def valid_conv(rng: np.random.Generator, k: int = 5):
+    """x[1, 2, width] -> Conv1d with a kernel of ``k`` and no padding -> [1, 4, width - k + 1]: a
+    width below ``k`` is no valid input."""
+    w = rng.standard_normal((4, 2, k)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "width"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None])
+    return _model(nodes, [x], [y], [numpy_helper.from_array(w, "w")])

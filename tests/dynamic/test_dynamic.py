@@ -23,6 +23,13 @@ from ember.model.dynamic import EvictionWarning  # noqa: E402
 from . import graphs  # noqa: E402
 
 
+def _per_shape(model: ember.Model) -> ember.Model:
+    """``model`` compiling one variant per input shape (no symbolic build: these tests are about
+    the variant cache; tests/dynamic/test_symbolic.py tests the symbolic build)."""
+    model._specializer.per_shape_only()
+    return model
+
+
 def _ort(m):
     return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
 
@@ -52,7 +59,7 @@ def _check(model: ember.Model, sess, given: dict[str, np.ndarray], rtol: float =
 
 def test_symbolic_batch_and_width_match_onnxruntime(rng) -> None:
     m = graphs.conv_matmul_reshape(rng)
-    model, sess = ember.compile(m), _ort(m)
+    model, sess = _per_shape(ember.compile(m)), _ort(m)
     assert not model.is_static
     assert model.inputs[0].shape == ("batch", 3, 4, "width")
     assert model.output_names == ["y"]
@@ -106,7 +113,7 @@ def test_input_shapes_still_fixes_the_shape(rng) -> None:
 
 def test_least_recently_used_variant_is_dropped_and_reported(rng) -> None:
     m = graphs.conv_matmul_reshape(rng)
-    model, sess = ember.compile(m), _ort(m)
+    model, sess = _per_shape(ember.compile(m)), _ort(m)
     assert model.max_variants == 8
     model.max_variants = 2
     xs = {w: rng.standard_normal((1, 3, 4, w)).astype(np.float32) for w in (3, 5, 7)}
@@ -128,7 +135,7 @@ def test_least_recently_used_variant_is_dropped_and_reported(rng) -> None:
 
 def test_save_and_load_keep_the_dynamic_dimensions(rng, tmp_path) -> None:
     m = graphs.two_inputs_shared_symbol(rng)
-    model, sess = ember.compile(m), _ort(m)
+    model, sess = _per_shape(ember.compile(m)), _ort(m)
 
     def given(b: int, s: int) -> dict[str, np.ndarray]:
         return {"a": rng.standard_normal((b, s, 8)).astype(np.float32),
@@ -175,7 +182,7 @@ def _rewrite(path, out, edit) -> None:
 
 
 def test_saved_dynamic_models_are_checked_on_loading(rng, tmp_path) -> None:
-    model = ember.compile(graphs.conv_matmul_reshape(rng))
+    model = _per_shape(ember.compile(graphs.conv_matmul_reshape(rng)))
     model(rng.standard_normal((1, 3, 4, 5)).astype(np.float32))
     model(rng.standard_normal((2, 3, 4, 5)).astype(np.float32))
     path = tmp_path / "dyn.ember"
@@ -263,7 +270,7 @@ def test_threads_calling_with_different_shapes_share_the_variants(rng) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     m = graphs.conv_matmul_reshape(rng)
-    model, sess = ember.compile(m), _ort(m)
+    model, sess = _per_shape(ember.compile(m)), _ort(m)
     xs = [rng.standard_normal((1 + k % 2, 3, 4, 5 + 4 * (k % 3))).astype(np.float32) for k in range(12)]
     with ThreadPoolExecutor(4) as pool:
         outs = list(pool.map(lambda x: model(x)[0], xs))
@@ -273,7 +280,7 @@ def test_threads_calling_with_different_shapes_share_the_variants(rng) -> None:
 
 
 def test_profile_runs_the_variant_of_the_shapes_given(rng) -> None:
-    model = ember.compile(graphs.conv_matmul_reshape(rng))
+    model = _per_shape(ember.compile(graphs.conv_matmul_reshape(rng)))
     x = rng.standard_normal((2, 3, 4, 9)).astype(np.float32)
     prof = model.profile(x, repeat=2)
     assert len(list(prof)) >= 1 and all(t >= 0 for _, t in prof)
@@ -289,7 +296,7 @@ def test_a_wrong_dtype_is_refused_before_compiling(rng) -> None:
 
 def test_variants_share_equal_constants(rng) -> None:
     m = graphs.conv_matmul_reshape(rng)
-    model, sess = ember.compile(m), _ort(m)
+    model, sess = _per_shape(ember.compile(m)), _ort(m)
     for shp in [(1, 3, 4, 5), (2, 3, 4, 9)]:
         _check(model, sess, {"x": rng.standard_normal(shp).astype(np.float32)})
     (_, a), (_, b) = model._specializer.kept()
