@@ -119,7 +119,8 @@ class DaskExecutor:
         if measuring:  # each measuring worker starts its measuring process while the first batch builds
             measurers = [a for a, w in self.client.scheduler_info()["workers"].items()
                          if w.get("resources", {}).get("measure")]
-            self.client.run(_start_measurer, str(target), self.timeout, self.repeats, workers=measurers)
+            target_text = self.tasks[0].target if self.tasks else str(target)  # the key measurements use
+            self.client.run(_start_measurer, target_text, self.timeout, self.repeats, workers=measurers)
         self._task_futures = [self.client.scatter(t, broadcast=True) for t in self.tasks]
         self._stream = target.is_gpu if stream is None else bool(stream)
         self._refs: dict[int, Any] = {}  # task index -> the future of its default schedule's build

@@ -107,11 +107,12 @@ class LocalBuilder:
         if not self.workers:
             return [build_one(self.tasks[i], c) for i, c in jobs]
         pool = self._get_pool()
-        return [pool.apply_async(_build_in_worker, (i, c)) for i, c in jobs]
+        return pool, list(jobs), [pool.apply_async(_build_in_worker, (i, c)) for i, c in jobs]
 
     def collect(self, handle: Any) -> list[BuildResult]:
         """The results of :meth:`start`'s builds, in the same order (a build that does not finish
-        in time is a timeout result, and the pool is replaced)."""
+        in time is a timeout result, and the pool is replaced; builds still queued on the old pool,
+        of this batch or a later one, are built again on the new one)."""
         return list(self.results(handle))
 
     def results(self, handle: Any) -> Iterator[BuildResult]:
@@ -120,16 +121,18 @@ class LocalBuilder:
         if not self.workers:
             yield from handle
             return
-        deadline = time.monotonic() + self.timeout * max(1, -(-len(handle) // self.workers))
-        broken = False
-        for p in handle:
+        pool, jobs, pending = handle
+        deadline = time.monotonic() + self.timeout * max(1, -(-len(pending) // self.workers))
+        for (i, c), p in zip(jobs, pending):
+            if pool is not self._pool and not p.ready():
+                # Queued on a pool replaced since (a build hung): build it again on the new one.
+                p = self._get_pool().apply_async(_build_in_worker, (i, c))
+                deadline = max(deadline, time.monotonic() + self.timeout)
             try:
                 yield p.get(timeout=max(0.0, deadline - time.monotonic()))
             except multiprocessing.TimeoutError:
-                broken = True
+                self.close()  # the hung worker goes with its pool; what was queued behind it is built again
                 yield BuildResult(None, f"build: timed out after {self.timeout:.0f} s (or the build process died)")
-        if broken:
-            self.close()
 
     def build(self, jobs: Sequence[tuple[int, dict[str, Any]]]) -> list[BuildResult]:
         """Build each ``(task index, config)``; results in the same order."""

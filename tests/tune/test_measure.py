@@ -65,6 +65,37 @@ def test_build_failures_are_results_not_exceptions():
     assert bad.parts is None and "InvalidConfig" in bad.error
 
 
+def test_a_hanging_build_times_out_and_later_batches_still_build():
+    """A build that hangs is a timeout result and its pool is replaced; the builds queued behind
+    it on the old pool, of its batch and of a batch started later, are built again on the new one."""
+    import time as _time
+
+    A = te.placeholder((N,), name="A")
+    B = te.compute((N,), lambda i: A[i] * 2.0, name="B")
+    from ember.strategy import ConfigSpace
+
+    space = ConfigSpace()
+    space.define_knob("hang", [False, True])
+
+    def schedule(cfg):
+        if cfg["hang"].val:
+            _time.sleep(600)
+        return te.create_schedule(B.op)
+
+    task = kernel_task(schedule, [A, B], "llvm", space, name="test.hang")
+    ok, hang = ({"index": -1, "knobs": {"hang": {"val": v}}} for v in (False, True))
+    b = LocalBuilder([task], workers=1, timeout=2)
+    try:
+        first = b.start([(0, hang), (0, ok)])
+        second = b.start([(0, ok)])
+        timed_out, after = b.collect(first)
+        (again,) = b.collect(second)
+    finally:
+        b.close()
+    assert timed_out.parts is None and "timed out" in timed_out.error
+    assert after.parts and after.error is None and again.parts and again.error is None
+
+
 def test_runner_checks_against_the_default_output_on_the_same_inputs():
     """Two candidates computing the same values pass; the reference's inputs are reused (a
     candidate reading an input it should not sees the same data)."""
