@@ -173,8 +173,13 @@ class GPUStrategy(Strategy):
 
     def keeps_in_memory(self, op: ComputeOp) -> bool:
         """Workspace stages and every intermediate reduction (which runs as a kernel of its own),
-        except a tensor-core accumulator (it stays in registers of its consumer's kernel)."""
-        return op.workspace or (op.is_reduction and op.tag != "tc_gemm")
+        except a tensor-core accumulator (it stays in registers of its consumer's kernel) and a
+        row reduction (:func:`cross_thread_threads`: a LayerNorm's or Softmax's), which the
+        schedule computes in shared memory inside its reader's blocks where the rows line up
+        (:func:`_fuse_row_reductions`) and otherwise as a kernel of its own."""
+        if op.workspace:
+            return True
+        return op.is_reduction and op.tag != "tc_gemm" and cross_thread_threads(op) is None
 
     def matrix_intrinsic(self, dtype: str) -> MatrixIntrinsic | None:
         """The target's matrix instruction for float16 and bfloat16 products: ``mma.sync``
@@ -272,6 +277,94 @@ def _schedule_cross_thread(s: te.Schedule, stage: te.Stage, threads: int) -> Non
     tx = s[rf].op.axis[0]  # rfactor puts the factored axis first
     s[rf].bind(tx, te.thread_axis("threadIdx.x"))
     s[local].compute_at(s[rf], tx)
+
+
+def _row_reductions(s: te.Schedule, stage: te.Stage) -> list[te.Stage]:
+    """The root reduction stages that ``stage`` reads directly or through inlined stages, in
+    schedule order, when every one of them can be computed inside ``stage``'s blocks: a row
+    reduction (:func:`cross_thread_threads`) of one output, not kept in memory, read only by
+    ``stage``, by the others or by stages inlined into them. Empty otherwise."""
+    found: dict[int, te.Stage] = {}
+    todo = list(stage.op.input_tensors)
+    seen: set[int] = set()
+    while todo:
+        t = todo.pop()
+        if id(t.op) in seen or isinstance(t.op, PlaceholderOp):
+            continue
+        seen.add(id(t.op))
+        st = s[t]
+        op = st.op
+        if st.attach == "inline":
+            todo.extend(op.input_tensors)
+        elif st.attach == "root" and isinstance(op, ComputeOp) and op.is_reduction:
+            if op.num_outputs != 1 or op.workspace or st.is_output or cross_thread_threads(op) is None:
+                return []
+            found[id(st)] = st
+            todo.extend(op.input_tensors)
+    if not found:
+        return []
+    members = set(found) | {id(stage)}
+    for st in found.values():
+        for c in s.downstream(st):
+            if id(c) not in members and c.attach != "inline":
+                return []
+            if c.attach == "inline" and not any(id(d) in members for d in s.downstream(c)):
+                return []
+    return [st for st in s.stages if id(st) in found]
+
+
+def _fuse_row_reductions(s: te.Schedule, stage: te.Stage) -> bool:
+    """Schedule root stage ``stage`` (a LayerNorm's or Softmax's output) and the row reductions
+    it reads (:func:`_row_reductions`: the mean and variance, or the maximum and the sum) as one
+    kernel: one block per row, each reduction computed at the block into ``shared`` memory by the
+    block's threads (``rfactor`` + the lowering's warp-shuffle all-reduce), then the row's
+    outputs written by the same threads. Returns False, scheduling nothing, when ``stage`` has
+    no such reductions or its rows do not line up with theirs (leading axes of equal extents,
+    the rest of ``stage``'s axes as long as each reduction)."""
+    op = stage.op
+    if not isinstance(op, ComputeOp) or op.is_reduction or getattr(op, "tag", "") in ("conv_packed", "tc_gemm"):
+        return False
+    reds = _row_reductions(s, stage)
+    if not reds:
+        return False
+    dims = [extent(a) for a in op.axis]
+    row_dims = None
+    for r in reds:
+        rdims = [extent(a) for a in r.op.axis]
+        k = len(rdims)
+        while k and rdims[k - 1] == 1:
+            k -= 1
+        kr = _reduce_extent(r.op)
+        if len(rdims) != len(dims) or rdims[:k] != dims[:k] or kr != int(np.prod(dims[k:])):
+            return False
+        if row_dims not in (None, k):
+            return False
+        row_dims = k
+    assert row_dims is not None
+    if row_dims == 0 or row_dims == len(dims):
+        return False
+    threads = max(cross_thread_threads(r.op) or 32 for r in reds)
+    axes = list(op.axis)
+    rows = stage.fuse(*axes[:row_dims]) if row_dims > 1 else axes[0]
+    inner = stage.fuse(*axes[row_dims:]) if len(axes) - row_dims > 1 else axes[row_dims]
+    _, tx = stage.split(inner, factor=threads)
+    stage.bind(rows, te.thread_axis("blockIdx.x"))
+    stage.bind(tx, te.thread_axis("threadIdx.x"))
+    for r in reds:
+        red = list(r.leaf_iter_vars[len(r.op.axis):])
+        k = r.fuse(*red) if len(red) > 1 else red[0]
+        _, ki = r.split(k, factor=threads)
+        rf = s.rfactor(r.op.output(0), ki)
+        local = s.cache_write(rf, "local")
+        s[rf].set_scope("shared")
+        r.set_scope("shared")
+        r.compute_at(stage, rows)
+        raxes = list(r.op.axis)
+        last = r.fuse(*raxes) if len(raxes) > 1 else raxes[0]
+        s[rf].compute_at(r, last)
+        s[rf].bind(s[rf].op.axis[0], te.thread_axis("threadIdx.x"))
+        s[local].compute_at(s[rf], s[rf].op.axis[0])
+    return True
 
 
 def _schedule_root(s: te.Schedule, stage: te.Stage) -> None:
@@ -575,6 +668,9 @@ def schedule_group_gpu(
         if not op.is_reduction and not op.materialize and op.name not in keep:
             stage.compute_inline()
     done: set[int] = set()
+    for stage in list(s.stages):
+        if stage.attach == "root" and _fuse_row_reductions(s, stage):
+            done.add(id(stage))
     for stage in list(s.stages):
         op = stage.op
         if isinstance(op, PlaceholderOp) or stage.attach != "root":

@@ -313,6 +313,30 @@ def test_row_reductions_split_over_threads_match_onnxruntime(cuda_dev, rng, rows
     _check(model, {"x": _f32(rng, rows, width, lo=-4, hi=4)}, tol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(2, 5, 300), (1, 3, 1000)])
+def test_row_reductions_in_one_kernel_with_their_reader(cuda_dev, rng, shape) -> None:
+    """A LayerNorm's mean and variance, and a masked Softmax's maximum and sum, are computed in
+    shared memory inside the blocks of the kernel that writes the rows (one kernel each); a
+    LayerNorm whose mean and inverse deviation are outputs too keeps them as kernels of their own.
+    Both match ONNX Runtime on rows no block of threads divides."""
+    width = shape[-1]
+    nodes = [h.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5),
+             h.make_node("Mul", ["x", "scale"], ["xs"]), h.make_node("Add", ["xs", "mask"], ["xm"]),
+             h.make_node("Softmax", ["xm"], ["z"], axis=-1),
+             h.make_node("LayerNormalization", ["z", "s", "b"], ["y2", "mean", "istd"], axis=-1, epsilon=1e-5)]
+    mask = np.where(rng.random((1, 1, width)) < 0.2, -10000.0, 0.0).astype(np.float32)
+    inits = [nh.from_array(_f32(rng, width), "s"), nh.from_array(_f32(rng, width), "b"),
+             nh.from_array(np.array(0.125, np.float32), "scale"), nh.from_array(mask, "mask")]
+    stats = list(shape[:-1]) + [1]
+    model = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, list(shape))],
+                   [h.make_tensor_value_info("y", T.FLOAT, list(shape)),
+                    h.make_tensor_value_info("z", T.FLOAT, list(shape)),
+                    h.make_tensor_value_info("y2", T.FLOAT, list(shape)),
+                    h.make_tensor_value_info("mean", T.FLOAT, stats),
+                    h.make_tensor_value_info("istd", T.FLOAT, stats)], inits)
+    _check(model, {"x": _f32(rng, *shape, lo=-4, hi=4)}, tol=1e-5)
+
+
 @pytest.mark.parametrize("batch, m, k, n", [((2, 3), 37, 45, 29), ((1, 12), 128, 64, 128), ((4,), 19, 600, 40)])
 def test_batched_products_of_computed_operands(cuda_dev, rng, batch, m, k, n) -> None:
     """float32 batches of products of two computed operands (attention's shapes and sizes no
