@@ -123,6 +123,9 @@ class DaskExecutor:
             self.client.run(_start_measurer, target_text, self.timeout, self.repeats, workers=measurers)
         self._task_futures = [self.client.scatter(t, broadcast=True) for t in self.tasks]
         self._stream = target.is_gpu if stream is None else bool(stream)
+        # Two batches ahead: the measuring workers go on with the next batch (built meanwhile)
+        # while the tuner stores one and proposes the one after.
+        self.lookahead = 2 if self._stream else 0
         self._refs: dict[int, Any] = {}  # task index -> the future of its default schedule's build
 
     @staticmethod

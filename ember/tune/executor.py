@@ -27,7 +27,10 @@ Outcome = tuple[BuildResult, MeasureResult | None]
 
 
 class Executor(Protocol):
-    """Builds and measures batches (see the module docstring)."""
+    """Builds and measures batches (see the module docstring). ``lookahead``: how many batches the
+    tuner keeps started beyond the one it waits for (0: builds and timings must not overlap)."""
+
+    lookahead: int
 
     def start(self, task_index: int, configs: Sequence[ConfigEntity], best_s: float | None = None) -> Any:
         """Start building ``configs`` of task ``task_index`` (``best_s``: the task's best time so
@@ -52,6 +55,9 @@ class LocalExecutor:
         if runner is not None:
             runner.start()
         self.stream = stream
+        # The next batch builds while this process measures one; one batch ahead is enough, as the
+        # measurements wait for this process anyway while it proposes the next batch.
+        self.lookahead = 1 if stream else 0
         self._refs: dict[int, BuildResult] = {}
         self._ref_asked: set[int] = set()
 

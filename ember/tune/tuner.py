@@ -6,7 +6,8 @@ The loop, until the trial budget or the time budget is spent (or Ctrl-C):
    the model (its weight x its best time so far), discounted by how often it was tried;
 2. ask its :class:`~ember.tune.search.TaskSearch` for a batch of legal unmeasured points;
 3. build them in parallel and measure them one at a time (the executor: local processes or a
-   Dask cluster), each output checked against the default schedule's;
+   Dask cluster; on a GPU each as soon as it is built, with the next batches building meanwhile),
+   each output checked against the default schedule's;
 4. store every result in the records database at once (invalid ones with their reason), feed
    them to the search's cost model, update the progress bar (trials, best GFLOP/s per task,
    estimated latency of the tuned kernels).
@@ -208,7 +209,8 @@ def tune(
     at most 8) and a measuring subprocess; ``workers=N`` — a Dask ``LocalCluster`` of ``N`` build
     workers and one measuring worker per GPU (one for a CPU target); ``dask="tcp://host:8786"``
     — a running Dask scheduler (``docs/tuning.md``). ``timeout`` seconds per build and per
-    measurement; ``repeats`` timed rounds per measurement (their median counts); ``batch``
+    measurement; ``repeats``: at most this many timed rounds per measurement (their median counts;
+    fewer when 3 agree within 3 % or the candidate is clearly slower than the best); ``batch``
     candidates per round (default: twice the build workers, at least 8); ``cost_model``
     ``"auto"``, ``"xgboost"`` or ``"numpy"``; ``quiet`` hides the progress bar."""
     _check_trials(trials)
@@ -335,17 +337,17 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
                             "nothing is measured or recorded; measuring needs the device")
     executor: Executor | None = None
     bar = _progress(max(0, trials - done), len(tasks), quiet)
-    # On a GPU the next two batches build on the CPU cores while this one is measured on the device
-    # (each candidate measured as soon as it is built), so the device does not wait while the tuner
-    # stores a batch and proposes the next; on a CPU target builds and timings never overlap (they
-    # would compete for the cores).
-    overlap = 2 if tgt.is_gpu and measuring else 0
+    # On a GPU the next batches build on the CPU cores while this one is measured on the device
+    # (each candidate measured as soon as it is built; executor.lookahead says how many batches
+    # ahead); on a CPU target builds and timings never overlap (they would compete for the cores).
+    overlap = 0
     phases = result.phases
     try:
         if tasks and done < trials:
             clock = time.monotonic()
             executor, nworkers = _executor(tasks, tgt, workers, dask, measuring, timeout, repeats)
             phases["setup"] = time.monotonic() - clock
+            overlap = executor.lookahead if measuring else 0
             size = batch or max(8, 2 * nworkers)
             inflight: list[tuple[int, list[ConfigEntity], Any]] = []
             proposed, stopping = done, False
