@@ -31,3 +31,20 @@ def test_tune_gemm_model_on_the_gpu(tmp_path, rng):
     x = rng.standard_normal((200, 84)).astype("float32")
     (y,) = tuned(x)
     np.testing.assert_allclose(y, reference(model, x), rtol=1e-4, atol=1e-4)
+
+
+def test_tune_on_a_local_dask_cluster_streams_measurements_on_the_gpu(tmp_path, rng):
+    """``workers=2``: builds on two Dask workers, each candidate measured on the GPU's measuring
+    worker as soon as it is built; the records give the same correct model."""
+    pytest.importorskip("distributed", reason="Dask is the optional ember[tune] extra")
+    model = matmul_model(200, 84, 84)
+    db = tmp_path / "t.db"
+    result = ember.tune(model, "cuda", trials=24, db=db, quiet=True, workers=2, batch=8)
+    (task,) = result.tasks
+    assert result.measured and task.trials == 24 and task.best_seconds and task.default_seconds
+    assert task.best_seconds <= task.default_seconds
+    assert result.phases["build"] > 0 and result.phases["measure"] > 0 and result.phases["setup"] > 0
+    tuned = ember.compile(model, "cuda", tuning_db=db)
+    x = rng.standard_normal((200, 84)).astype("float32")
+    (y,) = tuned(x)
+    np.testing.assert_allclose(y, reference(model, x), rtol=1e-4, atol=1e-4)
