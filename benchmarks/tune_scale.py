@@ -49,6 +49,7 @@ def run(target: str, workers: int, trials: int, n: int, batch: int) -> dict[str,
             "phases_s": {k: round(v, 2) for k, v in sorted(ph.items())},
             "build_s_per_trial": round(ph.get("build", 0.0) / max(result.new_trials, 1), 3),
             "measure_s_per_trial": round(ph.get("measure", 0.0) / max(result.new_trials, 1), 3),
+            "timing_s_per_trial": round(ph.get("measure_time", 0.0) / max(result.new_trials, 1), 3),
             "measurer_busy": round(ph.get("measure", 0.0) / loop, 2) if loop > 0 else None,
             "rejected": result.rejected, "invalid": task.invalid, "best_gflops": round(task.gflops, 1)}
 
@@ -61,26 +62,33 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=128)
     ap.add_argument("--n", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=16, help="candidates per batch, the same in every run")
+    ap.add_argument("--rounds", type=int, default=1, help="run the worker counts this many times, alternating")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args()
     counts = [int(w) for w in args.workers.split(",")]
     rows = []
-    for w in counts:
-        rows.append(run(args.target, w, args.trials, args.n, args.batch))
-        print(rows[-1], flush=True)
-    base = max(rows[0]["trials_per_min"], 1e-9)
-    for r in rows:
-        r["speedup"] = round(r["trials_per_min"] / base, 2)
-    res = {"target": args.target, "gemm": args.n, "batch": args.batch, "runs": rows,
-           "speedup": rows[-1]["speedup"], "machine": machine()}
+    for k in range(args.rounds):
+        first = len(rows)
+        for w in counts:
+            rows.append(dict(run(args.target, w, args.trials, args.n, args.batch), round=k))
+            print(rows[-1], flush=True)
+        base = max(rows[first]["trials_per_min"], 1e-9)
+        for r in rows[first:]:
+            r["speedup"] = round(r["trials_per_min"] / base, 2)
+    last = [r["speedup"] for r in rows if r["workers"] == counts[-1]]
+    res = {"target": args.target, "gemm": args.n, "batch": args.batch, "trials": args.trials, "runs": rows,
+           "speedup": sorted(last)[len(last) // 2], "machine": machine(),
+           "command": "python benchmarks/tune_scale.py " + " ".join(sys.argv[1:])}
     lines = [f"# tune_scale: {args.target}, GEMM {args.n}^3, batch {args.batch}, {args.trials} trials per run", "",
-             "| build workers | trials/min | speedup | setup s | loop s | build s/trial | measure s/trial "
-             "| measurer busy | stopped early | search s | wait s |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             f"{counts[-1]} build workers against {counts[0]}: {res['speedup']}x (median over {args.rounds} round(s))",
+             "", "| build workers | trials/min | speedup | setup s | loop s | build s/trial | measure s/trial "
+             "| of it timing | measurer busy | stopped early | search s | wait s |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         p = r["phases_s"]
         lines.append(f"| {r['workers']} | {r['trials_per_min']} | {r['speedup']}x | {r['setup_s']} | {r['loop_s']} | "
-                     f"{r['build_s_per_trial']} | {r['measure_s_per_trial']} | {r['measurer_busy']} | "
+                     f"{r['build_s_per_trial']} | {r['measure_s_per_trial']} | {r['timing_s_per_trial']} | "
+                     f"{r['measurer_busy']} | "
                      f"{r['rejected']}/{r['trials']} | {p.get('search', 0)} | {p.get('wait', 0)} |")
     print(write_outputs(args.out, "tune_scale", res, lines))
     return 0
