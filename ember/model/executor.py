@@ -6,6 +6,11 @@ the same between calls. A :class:`~ember.model.model.Model` keeps one context pe
 thread and device, so concurrent calls never share a buffer. Constants are shared (kernels only
 read them).
 
+On the CPU a context runs the kernels by one native call per model call
+(:class:`~ember.model.native_run.HostRun`: the steps over an address table, walked by
+``ember_run_plan`` with the GIL released); a profiled call, and a program whose kernels it cannot
+call, take the Python loop of :meth:`ExecutionContext._run_steps`, one ctypes call per kernel.
+
 On CUDA a context owns one stream (:class:`~ember.model.memory.DeviceMemory`): its launches and
 copies go there, so two threads' calls do not wait for each other. With graphs on, the first
 call runs the steps with plain launches (its answer; kernels get loaded and workspaces
@@ -34,6 +39,14 @@ from ..profiler.recorder import StepRecorder
 from ..runtime.ndarray import Device, NDArray
 from .memory import HostMemory
 from .program import Program
+
+
+def _np_dtype(name: str) -> Any:
+    """The NumPy dtype of an ember dtype name, or None when NumPy has none."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return None
 
 
 class GraphState:
@@ -91,6 +104,16 @@ class ExecutionContext:
         self.captures = 0
         # I/O binding by address (run_addresses): its plan, buffers and graph, apart from the above.
         self._io: Any = None
+        # On the CPU: the steps as one native walk (native_run.HostRun), built at the first call;
+        # False when the program's kernels cannot be walked natively.
+        self._host_run: Any = None
+        self._io_steps: Any = None  # the same for run_addresses on the CPU (native_run.native_steps)
+        # On the host: (name, NumPy dtype or None, shape, spec) per input, for bind's fast path.
+        self._host_specs: list[tuple[str, Any, tuple[int, ...], dict[str, Any]]] | None = None
+        #: CPU: run the kernels by one native walk when the program allows it (True, the
+        #: default); False: call them one by one from Python, as a profiled call does (for
+        #: measuring what the walk saves).
+        self.native = True
 
     @property
     def labels(self) -> list[str]:
@@ -104,10 +127,24 @@ class ExecutionContext:
         return self._graphs_possible and self._graph_state.failed is None
 
     def bind(self, given: dict[str, Any], fixed: bool = False) -> dict[str, Any]:
-        """The environment of one call: constants plus the inputs in ``given`` (name -> value),
-        each checked against the plan and placed where the kernels read it (``fixed``: in the
-        context's own input buffers, also when the caller passes device arrays)."""
-        env: dict[str, Any] = dict(self._consts)
+        """The environment of one call: the inputs in ``given`` (name -> value), each checked
+        against the plan and placed where the kernels read it (``fixed``: in the context's own
+        input buffers, also when the caller passes device arrays); :meth:`run` adds the
+        constants where it needs them."""
+        if self._host_specs is None:
+            self._host_specs = [(spec["name"], _np_dtype(spec["dtype"]), tuple(spec["shape"]), spec)
+                                for spec in self.program.plan["inputs"]] if self.on_host else []
+        if self._host_specs and all(dt is not None for _, dt, _, _ in self._host_specs):
+            # On the host, an array of the planned dtype and shape in C order is taken as it is.
+            env: dict[str, Any] = {}
+            for name, dt, shape, spec in self._host_specs:
+                v = given[name]
+                if type(v) is np.ndarray and v.dtype == dt and v.shape == shape and v.flags.c_contiguous:
+                    env[name] = v
+                else:
+                    env[name] = self.mem.place(name, self._accept(name, v, spec), fixed)
+            return env
+        env = {}
         accepted = [(spec, self._accept(spec["name"], given[spec["name"]], spec))
                     for spec in self.program.plan["inputs"]]
         if self._stream is not None and any(isinstance(v, NDArray) for _, v in accepted):
@@ -145,9 +182,17 @@ class ExecutionContext:
         graph). ``out`` (output name -> array the caller owns, checked by the caller: the
         output's shape and dtype, on this device or a NumPy array): those outputs are written
         there — by the kernels themselves where the array is on this device and the plan does
-        not place the value, else copied — and the same arrays are returned."""
+        not place the value, else copied — and the same arrays are returned.
+
+        On the CPU (``native``, no ``times``) the kernels run by one native call that walks
+        them all (:mod:`ember.model.native_run`); otherwise one call per kernel from Python."""
         if times is not None:
             times.begin_run(self)
+        if self._stream is None and times is None and self.native and self.on_host:
+            host = self._host()
+            if host:
+                return host.run(env, out)
+        env = {**self._consts, **env}
         if self._stream is None:
             return self._run_steps(env, times, None, out)
         drv = self.device.driver()
@@ -158,6 +203,16 @@ class ExecutionContext:
             return self._run_steps(env, times, None, out)
         finally:
             drv.set_stream(prev)
+
+    def _host(self) -> Any:
+        """The context's :class:`~ember.model.native_run.HostRun` (built once), or False when
+        its program's kernels cannot be walked natively."""
+        if self._host_run is None:
+            from .native_run import HostRun
+
+            run = HostRun(self.program, self._ptrs, self.mem)
+            self._host_run = run if run.available else False
+        return self._host_run
 
     def _run_steps(self, env: dict[str, Any], times: StepRecorder | None,
                    fixed: dict[str, Any] | None, out: dict[str, Any] | None = None) -> list[Any]:
@@ -322,7 +377,12 @@ class ExecutionContext:
         plan = io.plan
         if self._stream is None:  # the host, or a GPU driver without streams
             table = plan.table(inputs, outputs)
-            plan.launch(table)
+            if self._io_steps:
+                from .native_run import table_of
+
+                self._io_steps.run(table_of(table))
+            else:
+                plan.launch(table)
             plan.copy_out(table, self._copier(None))
             return
         drv = self.device.driver()
@@ -367,6 +427,10 @@ class ExecutionContext:
                 return self.mem.ptr(buf)
 
             self._io = IOState(AddressPlan(self.program, self._ptrs, allocate), keep)
+            if self.on_host and self.native:
+                from .native_run import native_steps
+
+                self._io_steps = native_steps(self.program.module, self._io.plan.calls)
             if self._stream is not None:
                 self._io.event = self.device.driver().Event(self.device.index, timing=False)
         return self._io

@@ -54,6 +54,9 @@ class CPUModule(Module):
                  target: Any, owner: Any, addresses: dict[str, int]):
         self.parts = parts
         self._owner = owner  # keeps the JIT engine alive
+        #: Each function's machine-code address (valid while the module lives): what
+        #: :mod:`.plan` calls without going through ctypes per kernel.
+        self.addresses: dict[str, int] = dict(addresses)
         functions = {}
         for sig in functions_sig:
             cfunc = _prototype(sig)(addresses[sig["name"]])
