@@ -11,8 +11,9 @@ one call, and the best time measured so far. Per candidate: outputs reset to poi
 integer sentinel), one run, the checked outputs compared with the reference (float32: within
 ``1e-3`` of the reference's largest magnitude — different summation orders of a reduction differ
 by far less, a wrong schedule by O(1); float16/bfloat16: ``2e-2``; integers exactly), then a
-warm-up and timed rounds of ``number`` calls each (``number`` chosen so that a round lasts
-``min_repeat_s``), answered as the median seconds per call. The rounds stop early:
+warm-up (groups of 1, 2, 4, ... calls, each synchronised, until one lasts ``min_repeat_s / 8``) and
+timed rounds of ``number`` calls each (``number`` chosen so that a round lasts ``min_repeat_s``),
+answered as the median seconds per call. The rounds stop early:
 
 * after ``min_rounds`` (3) rounds that agree within ``stable`` (3 %): more would not move the
   median; at most ``repeats`` rounds;
@@ -237,15 +238,22 @@ class _Measurer:
 
     @staticmethod
     def _calls_per_round(fn: Any, args: list[Any], dev: Any, min_s: float) -> tuple[int, float]:
-        """Calls that last about ``min_s`` seconds, counted over a warm-up of ``min_s / 4``, and
-        the warm-up's seconds per call."""
-        calls, t0 = 0, time.perf_counter()
-        while calls == 0 or time.perf_counter() - t0 < min_s / 4:
-            fn(*args)
-            calls += 1
-        dev.sync()
-        spent = max(time.perf_counter() - t0, 1e-9)
-        return max(1, int(calls * min_s / spent)), spent / calls
+        """Calls that last about ``min_s`` seconds, and the seconds per call they were counted from:
+        a warm-up of 1, 2, 4, ... calls, each group ending with a synchronisation, until a group
+        lasts ``min_s / 8``. (Calls on a GPU only queue work: counting calls over a stretch of time
+        without synchronising would queue hundreds and then wait for all of them.)"""
+        group = 1
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(group):
+                fn(*args)
+            dev.sync()
+            spent = max(time.perf_counter() - t0, 1e-9)
+            if spent >= min_s / 8 or group >= 1 << 20:
+                break
+            group *= 2
+        per_call = spent / group
+        return max(1, int(min_s / per_call)), per_call
 
 
 def main() -> int:

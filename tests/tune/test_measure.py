@@ -84,7 +84,7 @@ def test_a_hanging_build_times_out_and_later_batches_still_build():
 
     task = kernel_task(schedule, [A, B], "llvm", space, name="test.hang")
     ok, hang = ({"index": -1, "knobs": {"hang": {"val": v}}} for v in (False, True))
-    b = LocalBuilder([task], workers=1, timeout=2)
+    b = LocalBuilder([task], workers=1, timeout=5)  # a build of this kernel takes well under 5 s, loaded or not
     try:
         first = b.start([(0, hang), (0, ok)])
         second = b.start([(0, ok)])
