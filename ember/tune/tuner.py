@@ -296,7 +296,7 @@ def _pick(searches: list[TaskSearch], tasks: list[Task], tried: list[int]) -> in
     live = [i for i, s in enumerate(searches) if not s.exhausted]
     if not live:
         return None
-    fresh = [i for i in live if not searches[i].measured]
+    fresh = [i for i in live if not searches[i].measured and not tried[i]]  # not even a batch under way
     if fresh:
         return fresh[0]
 

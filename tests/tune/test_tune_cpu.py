@@ -137,3 +137,20 @@ def test_template_that_builds_its_program_per_point(tmp_path, rng):
     c = ember.nd.array(np.full((m, n), np.nan, "float32"))
     f(ember.nd.array(a), ember.nd.array(b), c)
     np.testing.assert_allclose(c.numpy(), a.astype("float64") @ b.astype("float64"), rtol=1e-5, atol=1e-5)
+
+
+def test_each_task_starts_its_first_batch_before_any_gets_a_second():
+    """With batches under way ahead (a GPU), a task whose first batch is started but not measured
+    yet is not picked again while another task has none started."""
+    from ember.tune import kernel_task
+    from ember.tune.search import TaskSearch
+    from ember.tune.tuner import _pick
+
+    templates = [gemm_template(16 + k, 24, 8) for k in range(3)]
+    tasks = [kernel_task(fn, args, "llvm", space, name=f"test.pick{k}")
+             for k, (fn, args, space) in enumerate(templates)]
+    searches = [TaskSearch(t, "numpy") for t in tasks]
+    assert _pick(searches, tasks, [0, 0, 0]) == 0
+    assert _pick(searches, tasks, [1, 0, 0]) == 1
+    assert _pick(searches, tasks, [1, 1, 0]) == 2
+    assert _pick(searches, tasks, [1, 1, 1]) in (0, 1, 2)
