@@ -108,7 +108,8 @@ class ExecutionContext:
         # False when the program's kernels cannot be walked natively.
         self._host_run: Any = None
         self._io_steps: Any = None  # the same for run_addresses on the CPU (native_run.native_steps)
-        # On the host: (name, NumPy dtype or None, shape, spec) per input, for bind's fast path.
+        # On the host: (name, NumPy dtype, shape, spec) per input, for bind's fast path (empty:
+        # none, as on a device or when an input's dtype has no NumPy dtype).
         self._host_specs: list[tuple[str, Any, tuple[int, ...], dict[str, Any]]] | None = None
         #: CPU: run the kernels by one native walk when the program allows it (True, the
         #: default); False: call them one by one from Python, as a profiled call does (for
@@ -132,9 +133,10 @@ class ExecutionContext:
         input buffers, also when the caller passes device arrays); :meth:`run` adds the
         constants where it needs them."""
         if self._host_specs is None:
-            self._host_specs = [(spec["name"], _np_dtype(spec["dtype"]), tuple(spec["shape"]), spec)
-                                for spec in self.program.plan["inputs"]] if self.on_host else []
-        if self._host_specs and all(dt is not None for _, dt, _, _ in self._host_specs):
+            specs = [(spec["name"], _np_dtype(spec["dtype"]), tuple(spec["shape"]), spec)
+                     for spec in self.program.plan["inputs"]]
+            self._host_specs = specs if self.on_host and all(dt is not None for _, dt, _, _ in specs) else []
+        if self._host_specs:
             # On the host, an array of the planned dtype and shape in C order is taken as it is.
             env: dict[str, Any] = {}
             for name, dt, shape, spec in self._host_specs:

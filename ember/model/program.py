@@ -10,6 +10,7 @@ on that device.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ class TensorSpec:
     dtype: str
 
 
+@functools.lru_cache(maxsize=64)
 def device_of_target(target: str) -> Device:
     """The device a model compiled for ``target`` runs on by default: the CPU, or GPU 0."""
     from ..runtime.ndarray import device
