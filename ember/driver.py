@@ -14,9 +14,12 @@ input values or the model has sequence/optional inputs) and consults the whole-m
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,13 +60,16 @@ def build(
     name: str = "main",
     use_cache: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
+    jobs: int | None = None,
 ) -> Module:
     """Compile a schedule with its arguments (or already lowered functions) for ``target``.
 
     ``target`` is ``"llvm"`` (this CPU), ``"cuda"`` or ``"rocm"`` (with options, see
     :class:`~ember.target.Target`); ``target_host`` is accepted for TVM compatibility (the host
     side of a GPU build runs in Python). Compiled code is cached on disk (see
-    :mod:`ember.cache`) unless ``use_cache`` is False."""
+    :mod:`ember.cache`) unless ``use_cache`` is False. ``jobs``: processes the CPU backend
+    generates machine code in (None: two for large modules on a machine with two cores or more,
+    :func:`ember.backends.cpu.codegen.default_jobs`; the code is the same for any value)."""
     tgt = backend_for(target).resolve(Target(target))
     if target_host is not None:
         Target(target_host)
@@ -77,7 +83,7 @@ def build(
         funcs = list(inputs)
     else:
         raise EmberError(f"build: expected a schedule or lowered functions, got {type(inputs).__name__}")
-    return build_functions(funcs, tgt, use_cache, cache_dir)
+    return build_functions(funcs, tgt, use_cache, cache_dir, jobs)
 
 
 def optimize(graph: Graph, progress: Any = None) -> Graph:
@@ -88,12 +94,44 @@ def optimize(graph: Graph, progress: Any = None) -> Graph:
 
 
 def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False,
-                  tf32: bool = False, configs: ConfigChooser | None = None) -> Program:
+                  tf32: bool = False, configs: ConfigChooser | None = None, jobs: int | None = None) -> Program:
     """Optimize, fuse, lower and build ``graph`` into one program (all kernels in one module);
     ``tf32`` runs float32 products on TF32 tensor cores where the target has them; ``configs``
-    picks kernels' knob settings (tuning records; None: the default schedules).
+    picks kernels' knob settings (tuning records; None: the default schedules); ``jobs`` as for
+    :func:`build`. Python's cyclic garbage collector is paused meanwhile (:func:`_collector_paused`).
 
     Raises :class:`~ember.ops.registry.NeedValue` when a shape depends on an input's value."""
+    with _collector_paused():
+        return _compile_graph(graph, target, fuse_ops, verbose, tf32, configs, jobs)
+
+
+_paused_lock = threading.Lock()
+_paused = {"depth": 0, "was_enabled": False}
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the duration (as it was before afterwards; nested
+    and concurrent compiles pause it once). A compile builds millions of long-lived IR objects,
+    and each full collection walks them all: ~15% of ResNet-50's compile time. The compile's
+    cyclic garbage (a few tens of MB) is collected by the first collection after it."""
+    with _paused_lock:
+        if _paused["depth"] == 0:
+            _paused["was_enabled"] = gc.isenabled()
+            gc.disable()
+        _paused["depth"] += 1
+    try:
+        yield
+    finally:
+        with _paused_lock:
+            _paused["depth"] -= 1
+            if _paused["depth"] == 0 and _paused["was_enabled"]:
+                gc.enable()
+
+
+def _compile_graph(graph: Graph, target: str | Target, fuse_ops: bool, verbose: bool, tf32: bool,
+                   configs: ConfigChooser | None, jobs: int | None) -> Program:
+    """:func:`compile_graph` with the collector paused."""
     tgt = backend_for(target).resolve(Target(target))
     progress = Progress(delay=0.0 if verbose else 1.0)
     g = optimize(graph, progress)
@@ -101,12 +139,17 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
     if policy is not None:  # the target's layouts, then folding of the transformed constants
         g = optimize(AlterLayout(policy)(g), progress)
     groups = Fuse(enabled=fuse_ops)(g).groups
-    funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu, target=tgt, tf32=tf32, configs=configs)
-    funcs, steps = share_identical_kernels(funcs, steps)
-    module = None
-    if funcs:
-        progress(f"generating code for {len(funcs)} kernels")
-        module = build(funcs, target=tgt)
+    ahead = _AheadStarter(tgt, jobs)
+    try:
+        funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu, target=tgt, tf32=tf32, configs=configs,
+                                    lowered=ahead)
+        funcs, steps = share_identical_kernels(funcs, steps)
+        module = None
+        if funcs:
+            progress(f"generating code for {len(funcs)} kernels")
+            module = build(funcs, target=tgt, jobs=jobs)
+    finally:
+        ahead.cancel()
     assign, sizes = plan_memory(g, steps)
     # Constants no kernel reads any more (weights that were repacked at compile time) are dropped.
     read = {a for st in steps for a in (st["args"] if st["kind"] == "kernel" else [st["src"]])} | set(g.outputs)
@@ -124,14 +167,47 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = 
     return Program(plan, module, live_consts)
 
 
+class _AheadStarter:
+    """Told after each kernel is lowered (``lower_groups(lowered=)``): once half of the groups
+    are lowered, on the CPU with ``jobs`` other than 1, it starts generating the distinct
+    kernels so far in a forked child (:func:`ember.backends.cpu.codegen.start_ahead`) when their
+    loop IR is large enough to gain (half of ``PARALLEL_MIN_CHARS``); the build takes that part
+    over (the same kernels come first in the module). :meth:`cancel` ends an unused one."""
+
+    #: The share of the groups lowered before the first kernels' code generation starts.
+    AT = 0.5
+
+    def __init__(self, target: Target, jobs: int | None) -> None:
+        self.on = target.kind == "llvm" and jobs != 1
+        self.target, self.jobs = target, jobs
+        self.build: Any = None
+
+    def __call__(self, funcs: list[PrimFunc], done: int, total: int) -> None:
+        if not self.on or done < total * self.AT:
+            return
+        self.on = False
+        from .backends.cpu import codegen
+
+        if self.jobs is None and codegen.default_jobs([codegen.PARALLEL_MIN_CHARS, 1]) == 1:
+            return  # one core
+        kept, _ = share_identical_kernels(list(funcs), [])
+        if len(kept) >= 2 and sum(len(str(f)) for f in kept) >= codegen.PARALLEL_MIN_CHARS // 2:
+            self.build = codegen.start_ahead(kept, self.target)
+
+    def cancel(self) -> None:
+        """End the child if no build took it over."""
+        if self.build is not None:
+            self.build.cancel()
+
+
 def compile_model(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False,
-                  tf32: bool = False, configs: ConfigChooser | None = None) -> Model:
+                  tf32: bool = False, configs: ConfigChooser | None = None, jobs: int | None = None) -> Model:
     """Compile a graph into a :class:`Model`: static, or specialised per value of the inputs
-    its shapes depend on (``tf32``, ``configs`` as for :func:`compile_graph`)."""
+    its shapes depend on (``tf32``, ``configs``, ``jobs`` as for :func:`compile_graph`)."""
     from .specialize import ValueSpecializer
 
     try:
-        return Model(compile_graph(graph, target, fuse_ops, verbose, tf32, configs))
+        return Model(compile_graph(graph, target, fuse_ops, verbose, tf32, configs, jobs))
     except NeedValue as exc:
         needed = _value_inputs(graph, exc.name)
         if needed is None:
@@ -191,6 +267,7 @@ def compile(
     precision: str = "float32",
     device: Device | str | None = None,
     tuning_db: str | os.PathLike[str] | bool | None = None,
+    jobs: int | None = None,
 ) -> Model:  # noqa: A001
     """Compile an ONNX model (path, bytes or ModelProto) or an ember :class:`Graph` for
     ``target`` (``"llvm"``, ``"cuda"``, ``"rocm"``, with options); returns an :class:`ember.Model`.
@@ -219,7 +296,11 @@ def compile(
     With ``use_cache`` (and the cache not turned off by ``EMBER_CACHE_DIR=off``), a model that
     took more than ``MODEL_CACHE_MIN_SECONDS`` to compile is stored whole, and compiling the same
     bytes (external data files included) for the same target, input shapes and options with the
-    same ember sources loads it instead; kernels are cached one by one as well."""
+    same ember sources loads it instead; kernels are cached one by one as well.
+
+    ``jobs`` (a build option: no effect on the code or the cache): how many processes generate
+    the CPU machine code at once; None: two for large models where two cores are available
+    (:func:`ember.backends.cpu.codegen.default_jobs`), 1: none forked."""
     from .frontend.precision import check_precision
 
     check_precision(precision)
@@ -228,8 +309,8 @@ def compile(
     if isinstance(model, Graph):
         if precision not in ("float32", "tf32"):
             raise FrontendError(f"precision={precision!r} rewrites an ONNX model; pass the ONNX model, not a Graph")
-        return _with_graphs(compile_model(model, target, fuse, verbose, precision == "tf32", configs), cuda_graphs,
-                            dev)
+        return _with_graphs(compile_model(model, target, fuse, verbose, precision == "tf32", configs, jobs),
+                            cuda_graphs, dev)
     from .frontend.control_flow import NeedsCallInputs
     from .frontend.host_scan import NeedsHostStages
     from .frontend.onnx import SymbolicShapes, import_onnx
@@ -258,8 +339,8 @@ def compile(
         source = _source_of(model, target, input_shapes, fuse, precision)
         per_shape = _per_shape(exc, target, _variant_compiler(  # (a float16 model is rewritten already)
             source["onnx"] if source else model, target, input_shapes, fuse, verbose, use_cache, cuda_graphs,
-            "tf32" if tf32 else "float32", tuning_db), symbolic=(source["onnx"] if source else model, input_shapes,
-                                                                 fuse, tf32))
+            "tf32" if tf32 else "float32", tuning_db),  # tuning records are for fixed shapes: per shape then
+            symbolic=None if configs else (source["onnx"] if source else model, input_shapes, fuse, tf32))
         per_shape.source = source
         return _with_graphs(per_shape, cuda_graphs, dev)
     except NeedsHostStages as exc:  # text, random draws, NonMaxSuppression: host stages around a compiled part
@@ -270,7 +351,7 @@ def compile(
         hosted.source = _source_of(exc.model, target, input_shapes, fuse, precision)  # the validated model, saved
         return _with_graphs(hosted, cuda_graphs, dev)
     t0 = time.perf_counter()
-    compiled = compile_model(graph, target, fuse, verbose, tf32, configs)
+    compiled = compile_model(graph, target, fuse, verbose, tf32, configs, jobs)
     compiled.source = _source_of(model, target, input_shapes, fuse, precision)
     slow = time.perf_counter() - t0 > model_cache.MODEL_CACHE_MIN_SECONDS
     if root is not None and key is not None and slow and compiled.is_static:

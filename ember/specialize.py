@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentError
+from .errors import ArgumentError, EmberError
 from .frontend.control_flow import NeedsCallInputs, Structure, expand
 from .frontend.onnx import import_onnx, load_model
 from .graph.ir import Graph
@@ -184,7 +184,7 @@ def symbolic_compiler(model: Any, declared: Sequence[Any], input_shapes: Mapping
             return import_onnx(model, {**fixed, **shapes})
         except NotSymbolic:
             raise
-        except Exception as exc:  # sequence inputs, host stages, values deciding shapes: per shape
+        except EmberError as exc:  # sequence inputs, host stages, values deciding shapes: per shape
             raise NotSymbolic(f"the model does not import with fixed sizes ({type(exc).__name__}: {exc})") from exc
 
     return lambda: build_symbolic(graph_at, symbols_of(specs), target, fuse, tf32)

@@ -268,11 +268,13 @@ class ShapeSpecializer:
             except NotSymbolic as exc:
                 self.symbolic_status = str(exc)
                 _log.info("the model is compiled per input shape, not once for every size: %s", exc)
+            except EmberError as exc:  # a stage failed on the symbolic program: per shape, as before
+                self.symbolic_status = f"the symbolic build failed ({type(exc).__name__}: {exc})"
+                _log.warning("ember: the model is compiled per input shape: %s", self.symbolic_status)
             else:
                 self.symbolic_status = "built"
-                self.compiles += 1
                 b = self._symbolic
-                _log.info("compiled the model once for every size (%s) in %.2f s",
+                _log.info("the model runs every size (%s) with symbolic kernels (probed in %.2f s)",
                           ", ".join(f"{n} in [{lo}, {hi}]" for n, lo, hi in zip(b.symbols, b.lo, b.hi)), b.seconds)
         b = self._symbolic
         if b is None:
@@ -280,8 +282,10 @@ class ShapeSpecializer:
         vals = tuple(int(sizes[n]) for n in b.symbols)
         if not b.accepts(vals):
             return None
-        model = Model(b.program(vals))
+        before = b.compiles
+        model = Model(b.program(vals))  # compiles the kernels of the sizes' bucket on its first use
         with self._lock:
+            self.compiles += b.compiles - before
             self._instances[key] = model
             self.instances += 1
             while len(self._instances) > self.max_instances:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,14 +46,17 @@ from typing import Any
 import numpy as np
 
 from .. import te
+from ..arith import simplify
 from ..errors import EmberError
 from ..graph.alter_layout import AlterLayout
 from ..graph.ir import Graph, TensorInfo
 from ..graph.passes import Fuse, Group, build_node, default_graph_pipeline
 from ..ir import expr as E
+from ..ir.visitor import substitute
 from ..ops.util import reset_names, uname
 from ..strategy.base import Strategy, size_hints, strategy_for
 from ..target import Target
+from ..te.rewrite import LoadMutator as Mutator
 from ..te.rewrite import post_order
 from ..te.tensor import ComputeOp, IterVar, PlaceholderOp, Range, Tensor
 from .group_lowering import _fold_constant_stages, _group_is_view, _node_info, _workspaces, share_identical_kernels
@@ -71,8 +75,6 @@ _PROBE_SETS = (((61, 67, 71, 73, 79, 83, 89, 97), (101, 103, 107, 109, 113, 127,
 #: Probes for the range of valid sizes: the smallest that passes gives ``lo``, the largest ``hi``.
 _LADDER_DOWN = (1, 2, 4, 8, 16, 32)
 _LADDER_UP = (4096, 2048, 1024, 512, 256, 128, 64)
-#: The size the schedules choose their tiles for (each symbol's, capped by its range).
-HINT = 128
 
 _log = logging.getLogger("ember.dynamic")
 
@@ -102,6 +104,52 @@ class Affine:
         return m + self.b
 
 
+@dataclass(frozen=True)
+class SizedConst:
+    """A constant whose shape follows the sizes (folded from the input shapes at compile time):
+    ``"broadcast"`` — ``value`` (size 1 along the dimensions that follow the sizes) repeated, a
+    default token-type embedding of every position; ``"prefix"`` — the leading part of ``value``
+    along each dimension, the rows of a position table up to the sequence length."""
+
+    kind: str
+    value: np.ndarray
+    dims: tuple[Affine, ...]
+
+    def fits(self, sizes: Sequence[int]) -> bool:
+        """True when the constant exists at ``sizes`` (a prefix no longer than ``value``)."""
+        return self.kind == "broadcast" or all(f(sizes) <= n for f, n in zip(self.dims, self.value.shape))
+
+    def at(self, sizes: Sequence[int]) -> np.ndarray:
+        """The constant's value at ``sizes`` (C-contiguous; :meth:`fits` must hold)."""
+        shape = tuple(f(sizes) for f in self.dims)
+        if self.kind == "broadcast":
+            return np.ascontiguousarray(np.broadcast_to(self.value, shape))
+        return np.ascontiguousarray(self.value[tuple(slice(0, n) for n in shape)])
+
+
+def _sized_const(ws: Sequence[np.ndarray], fitter: _Fitter) -> SizedConst | None:
+    """The :class:`SizedConst` taking the values ``ws`` at the probes, or None."""
+    w0 = ws[0]
+    if any(w.ndim != w0.ndim or w.dtype != w0.dtype for w in ws):
+        return None
+    dims = [fitter.fit([int(w.shape[d]) for w in ws]) for d in range(w0.ndim)]
+    if any(f is None for f in dims):
+        return None
+    moving = tuple(d for d, f in enumerate(dims) if f is not None and f.a != 0)
+    nan = w0.dtype.kind == "f"
+    reduced = [w[tuple(slice(0, 1) if d in moving else slice(None) for d in range(w.ndim))] for w in ws]
+    if all(np.array_equal(r, reduced[0], equal_nan=nan)
+           and np.array_equal(np.broadcast_to(r, w.shape), w, equal_nan=nan) for r, w in zip(reduced, ws)):
+        return SizedConst("broadcast", np.ascontiguousarray(reduced[0]), tuple(dims))  # type: ignore[arg-type]
+    big = max(ws, key=lambda w: w.size)
+    for w in ws:
+        if any(a > b for a, b in zip(w.shape, big.shape)):
+            return None
+        if not np.array_equal(big[tuple(slice(0, n) for n in w.shape)], w, equal_nan=nan):
+            return None
+    return SizedConst("prefix", big, tuple(dims))  # type: ignore[arg-type]
+
+
 @dataclass
 class _Kernel:
     """The tensor program of one kernel group at one probe."""
@@ -122,16 +170,30 @@ class _Probe:
     consts: dict[str, np.ndarray]
 
 
-class SymbolicBuild:
-    """A model compiled once for every size of its symbols in ``[lo, hi]`` (see the module
-    docstring): ``symbols`` (names, in order), the compiled ``module``, the plan's steps, the
-    shapes of every value as :class:`Affine` sizes, and the constants."""
+def bucket_of(n: int, lo: int, hi: int) -> int:
+    """The size bucket of ``n`` (in ``[lo, hi]``): the smallest power of 4 at least ``n``,
+    capped by ``hi``; the kernels of a bucket choose their tiles for that size."""
+    b = 1
+    while b < n:
+        b *= 4
+    return max(lo, min(b, hi))
 
-    def __init__(self, symbols: list[str], module: Any, steps: list[dict[str, Any]],
+
+class SymbolicBuild:
+    """A model compiled for every size of its symbols in ``[lo, hi]`` (see the module docstring):
+    ``symbols`` (names, in order), the plan's steps, the shapes of every value as :class:`Affine`
+    sizes, the constants, and the merged kernel programs. The kernels are scheduled and compiled
+    per *size bucket* (:func:`bucket_of` of each symbol: 1, 4, 16, 64, 256, 1024, 4096) on the
+    bucket's first use, each bucket's strategy choosing tiles for its size; at most
+    ``max_buckets`` compiled buckets are kept (least recently used dropped, logged)."""
+
+    def __init__(self, symbols: list[str], steps: list[dict[str, Any]],
                  shapes: dict[str, tuple[tuple[Affine, ...], str]], graph: Graph, target: str,
-                 lo: tuple[int, ...], hi: tuple[int, ...], seconds: float):
+                 lo: tuple[int, ...], hi: tuple[int, ...], seconds: float, sized: dict[str, SizedConst],
+                 compile_bucket: Callable[[tuple[int, ...]], tuple[Any, list[dict[str, Any]], set[str]]],
+                 compile_exact: Callable[[set[str], tuple[int, ...]], Any], max_buckets: int = 8,
+                 max_exact: int = 16):
         self.symbols = symbols
-        self.module = module
         self.steps = steps
         self.shapes = shapes
         self.inputs = list(graph.inputs)
@@ -141,41 +203,93 @@ class SymbolicBuild:
         #: The smallest and largest size of each symbol this build runs (others are compiled per shape).
         self.lo = lo
         self.hi = hi
-        #: Seconds the symbolic compile took.
+        #: Seconds the probing took (each bucket's compile: :attr:`bucket_seconds`).
         self.seconds = seconds
-        self._scalars: dict[str, list[int]] = {}
-        if module is not None:
-            for st in steps:
-                if st["kind"] == "kernel" and st["func"] not in self._scalars:
-                    sig = module.get_function(st["func"]).sig
-                    names = [name_of(s) for s in symbols]
-                    self._scalars[st["func"]] = [names.index(s["name"]) for s in sig["scalars"]]
+        #: Constants that follow the sizes (made for each program).
+        self.sized = dict(sized)
+        self.max_buckets = max_buckets
+        #: Buckets compiled (kept or dropped) and the seconds each took, in order.
+        self.bucket_seconds: list[tuple[tuple[int, ...], float]] = []
+        self._compile_bucket = compile_bucket
+        self._compile_exact = compile_exact
+        self._buckets: OrderedDict[tuple[int, ...], tuple[Any, list[dict[str, Any]], set[str]]] = OrderedDict()
+        #: Kernels compiled for one size (their schedule needs constant extents): at most
+        #: ``max_exact`` sizes kept; how many were compiled.
+        self.max_exact = max_exact
+        self.exact_compiles = 0
+        self._exact: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+
+    @property
+    def buckets(self) -> list[tuple[int, ...]]:
+        """The size buckets compiled and kept, least recently used first."""
+        return list(self._buckets)
+
+    @property
+    def compiles(self) -> int:
+        """How many buckets (and sizes of kernels compiled per size) were compiled."""
+        return len(self.bucket_seconds) + self.exact_compiles
 
     def accepts(self, sizes: Sequence[int]) -> bool:
-        """True when every symbol's size lies in its range ``[lo, hi]``."""
-        return all(lo <= s <= hi for lo, s, hi in zip(self.lo, sizes, self.hi))
+        """True when every symbol's size lies in its range ``[lo, hi]`` (and the tables the
+        constants that follow the sizes are cut from are long enough)."""
+        return all(lo <= s <= hi for lo, s, hi in zip(self.lo, sizes, self.hi)) and \
+            all(c.fits(sizes) for c in self.sized.values())
+
+    def _module(self, sizes: Sequence[int]) -> tuple[Any, list[dict[str, Any]], set[str]]:
+        key = tuple(bucket_of(n, lo, hi) for n, lo, hi in zip(sizes, self.lo, self.hi))
+        entry = self._buckets.get(key)
+        if entry is not None:
+            self._buckets.move_to_end(key)
+            return entry
+        t0 = time.perf_counter()
+        entry = self._buckets[key] = self._compile_bucket(key)
+        self.bucket_seconds.append((key, time.perf_counter() - t0))
+        _log.info("compiled the kernels of the size bucket %s in %.2f s (%d compiled per size)",
+                  dict(zip(self.symbols, key)), self.bucket_seconds[-1][1], len(entry[2]))
+        while len(self._buckets) > self.max_buckets:
+            old, _ = self._buckets.popitem(last=False)
+            _log.info("dropped the kernels of the least recently used size bucket %s", dict(zip(self.symbols, old)))
+        return entry
+
+    def _exact_module(self, names: set[str], sizes: tuple[int, ...]) -> Any:
+        key = (*sizes, *sorted(names))
+        module = self._exact.get(key)
+        if module is None:
+            module = self._exact[key] = self._compile_exact(names, sizes)
+            self.exact_compiles += 1
+            while len(self._exact) > self.max_exact:
+                self._exact.popitem(last=False)
+        else:
+            self._exact.move_to_end(key)
+        return module
 
     def program(self, sizes: Sequence[int]) -> Program:
-        """The program for concrete symbol sizes (in :attr:`symbols` order, each in ``[lo, hi]``):
-        every shape evaluated, the memory plan made for them, the compiled module shared."""
+        """The program for concrete symbol sizes (in :attr:`symbols` order, :meth:`accepts`
+        them): every shape evaluated, the memory plan made for them, the kernels of their size
+        bucket (compiled now on the bucket's first use) shared."""
+        module, steps, exact = self._module(sizes)
+        if exact:
+            module = _Modules(module, self._exact_module(exact, tuple(int(n) for n in sizes)), exact)
         values = {n: TensorInfo(tuple(f(sizes) for f in dims), dt) for n, (dims, dt) in self.shapes.items()}
         g = Graph(self.inputs, self.outputs, [], values, self.consts, "symbolic")
-        assign, storages = plan_memory(g, self.steps)
-        read = {a for st in self.steps for a in (st["args"] if st["kind"] == "kernel" else [st["src"]])}
+        assign, storages = plan_memory(g, steps)
+        read = {a for st in steps for a in (st["args"] if st["kind"] == "kernel" else [st["src"]])}
         read |= set(self.outputs)
         plan = {
             "inputs": [{"name": i, "shape": list(values[i].shape), "dtype": values[i].dtype} for i in self.inputs],
             "outputs": [{"name": o, "shape": list(values[o].shape), "dtype": values[o].dtype} for o in self.outputs],
             "values": {k: {"shape": list(v.shape), "dtype": v.dtype} for k, v in values.items()},
-            "steps": self.steps,
+            "steps": steps,
             "assign": assign,
             "storages": storages,
             "target": self.target,
             "symbolic_sizes": dict(zip(self.symbols, (int(s) for s in sizes))),
         }
-        prog = Program(plan, self.module, {k: v for k, v in self.consts.items() if k in read})
+        consts = {k: (self.sized[k].at(sizes) if k in self.sized else v) for k, v in self.consts.items() if k in read}
+        prog = Program(plan, module, consts)
+        names = [name_of(s) for s in self.symbols]
         for name, fn in prog.functions.items():
-            prog.functions[name] = _Sized(fn, [int(sizes[i]) for i in self._scalars[name]])
+            prog.functions[name] = _Sized(fn, [int(sizes[names.index(s["name"])]) for s in fn.sig["scalars"]])
         return prog
 
 
@@ -294,6 +408,7 @@ class _Merger:
         self.vars: list[dict[int, E.Var]] = [{} for _ in fitter.probes]  # probe var id -> merged var
         self.tensors: dict[tuple[int, int], Tensor] = {}  # base (op id, index) -> merged tensor
         self.ops: list[dict[int, int]] = [{} for _ in fitter.probes]  # probe op id -> base op id
+        self.extents: dict[E.Var, E.PrimExpr] = {}  # loop variable -> its extent (from 0)
 
     def size(self, vals: Sequence[int], dt: Any, what: str) -> E.PrimExpr:
         f = self.fitter.fit(vals)
@@ -343,6 +458,11 @@ class _Merger:
         axis = tuple(self.itervar([o.axis[d] for o in ops], f"{what}: {base.name} axis {d}")
                      for d in range(len(base.axis)))
         body = tuple(self.expr([o.body[j] for o in ops], f"{what}: {base.name}") for j in range(len(base.body)))
+        ranges: dict[E.Var, tuple[int | None, int | None]] = {v: (1, None) for v in self.syms}
+        for iv in axis:
+            n = E.const_int_value(iv.dom.extent) if iv.dom is not None else None
+            ranges[iv.var] = (0, None if n is None else n - 1)
+        body = tuple(_Tidy(self.extents).visit(simplify(b, ranges)) for b in body)
         new = ComputeOp(base.name, base.tag, axis, body, base.attrs)
         for j in range(new.num_outputs):
             self.tensors[(id(base), j)] = new.output(j)
@@ -361,6 +481,8 @@ class _Merger:
         v = E.Var(base.var.name, base.var.dtype)
         for k, iv in enumerate(ivs):
             self.vars[k][id(iv.var)] = v
+        if isinstance(lo, E.IntImm) and lo.value == 0:
+            self.extents[v] = ext
         return IterVar(Range(lo, ext), v, base.kind, base.thread_tag)
 
     def expr(self, xs: Sequence[Any], what: str) -> Any:  # noqa: C901 - one case per node kind
@@ -427,13 +549,75 @@ class _Merger:
         return type(base)(**fields)
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Structural equality of two expressions (variables by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or isinstance(a, E.Var):
+        return False
+    if isinstance(a, E.IntImm):
+        return a.value == b.value and a.dtype == b.dtype
+    if isinstance(a, E.Cast):
+        return a.dtype == b.dtype and _same(a.value, b.value)
+    if isinstance(a, E.BinaryOp):
+        return _same(a.a, b.a) and _same(a.b, b.b)
+    return False
+
+
+class _Tidy(Mutator):
+    """Index arithmetic the probes' constants made trivial and symbolic sizes do not: with ``i``
+    a loop variable over ``[0, n)``, ``(q * n + i) // n`` is ``q`` and ``(q * n + i) % n`` is
+    ``i`` (a reshape's index, split again), and ``i % n`` is ``i`` (a broadcast's index). The
+    simplifier decides such forms only for constant ``n``; left as they are, every element pays
+    integer divisions and the loops do not vectorise."""
+
+    def __init__(self, extents: dict[E.Var, E.PrimExpr]):
+        self.extents = extents
+
+    def _split(self, x: E.PrimExpr, n: E.PrimExpr) -> tuple[E.PrimExpr | None, E.Var | None] | None:
+        """``x`` as ``q * n + i`` (q None: 0; i None: 0, or a variable over ``[0, n)``), or None."""
+        if isinstance(x, E.Var) and x in self.extents and _same(self.extents[x], n):
+            return None, x
+        if isinstance(x, E.Mul) and _same(x.b, n):
+            return x.a, None
+        if isinstance(x, E.Mul) and _same(x.a, n):
+            return x.b, None
+        if isinstance(x, E.Add):
+            left, right = self._split(x.a, n), self._split(x.b, n)
+            if left is None or right is None or (left[1] is not None and right[1] is not None):
+                return None
+            qs = [q for q in (left[0], right[0]) if q is not None]
+            q = qs[0] if len(qs) == 1 else (qs[0] + qs[1] if qs else None)
+            return q, left[1] if left[1] is not None else right[1]
+        return None
+
+    def visit_FloorDiv(self, e: E.FloorDiv) -> E.PrimExpr:
+        e = self.generic_mutate(e)
+        if isinstance(e, E.FloorDiv) and not isinstance(e.b, E.IntImm):
+            parts = self._split(e.a, e.b)
+            if parts is not None:
+                q = parts[0]
+                return q if q is not None and q.dtype == e.dtype else (E.const(0, e.dtype) if q is None else e)
+        return e
+
+    def visit_FloorMod(self, e: E.FloorMod) -> E.PrimExpr:
+        e = self.generic_mutate(e)
+        if isinstance(e, E.FloorMod) and not isinstance(e.b, E.IntImm):
+            parts = self._split(e.a, e.b)
+            if parts is not None:
+                i = parts[1]
+                return i if i is not None and i.dtype == e.dtype else (E.const(0, e.dtype) if i is None else e)
+        return e
+
+
 # -- the build -----------------------------------------------------------------------------------
-def _same_graphs(probes: Sequence[_Probe], fitter: _Fitter, kernels: bool = True) -> None:
+def _same_graphs(probes: Sequence[_Probe], fitter: _Fitter, kernels: bool = True) -> dict[str, SizedConst]:
     """NotSymbolic unless every probe has the base probe's nodes and constants (and, with
     ``kernels``, its fusion groups and the constants its kernels fold). A constant may differ
     between probes when no kernel reads it (a ``Reshape``'s target shape, which the operators
-    use while building kernels, whose programs are compared) and each element is a linear size.
-    Attributes are not compared: what they change shows in the shapes and the kernels."""
+    use while building kernels, whose programs are compared) and each element is a linear size,
+    or when it is a :class:`SizedConst` (returned, by name). Attributes are not compared: what
+    they change shows in the shapes and the kernels."""
     p0 = probes[0]
     g0 = p0.graph
     read = {a for st in p0.steps if st["kind"] == "kernel" for a in st["args"]}
@@ -448,15 +632,21 @@ def _same_graphs(probes: Sequence[_Probe], fitter: _Fitter, kernels: bool = True
         c0, c = (g0.consts, g.consts) if kernels else (p0.consts, p.consts)
         if set(c) != set(c0):
             raise NotSymbolic("the constants differ between sizes")
+    sized: dict[str, SizedConst] = {}
     for k, v in (g0.consts if kernels else p0.consts).items():
         ws = [(p.graph.consts if kernels else p.consts)[k] for p in probes]
         if all(w.shape == v.shape and w.dtype == v.dtype and np.array_equal(v, w, equal_nan=v.dtype.kind == "f")
                for w in ws):
             continue
-        if k in read or v.dtype.kind not in "iu" or any(w.shape != v.shape or w.dtype != v.dtype for w in ws) \
-                or v.size > 64 or any(fitter.fit([int(w.flat[j]) for w in ws]) is None for j in range(v.size)):
-            raise NotSymbolic(f"the constant {k!r} depends on the sizes ({v.dtype}{list(v.shape)}): "
-                              "a value computed from the input shapes at compile time")
+        if k not in read and v.dtype.kind in "iu" and all(w.shape == v.shape and w.dtype == v.dtype for w in ws) \
+                and v.size <= 64 and all(fitter.fit([int(w.flat[j]) for w in ws]) is not None for j in range(v.size)):
+            continue
+        sc = _sized_const(ws, fitter)
+        if sc is None:
+            raise NotSymbolic(f"the constant {k!r} depends on the sizes ({v.dtype}{list(v.shape)}): a value computed "
+                              "from the input shapes at compile time that is neither repeated nor a table's first rows")
+        sized[k] = sc
+    return sized
 
 
 def _shapes(probes: Sequence[_Probe], fitter: _Fitter, kernels: bool = True
@@ -482,11 +672,12 @@ def _shapes(probes: Sequence[_Probe], fitter: _Fitter, kernels: bool = True
 
 
 def _check(probes: Sequence[_Probe], nsym: int, kernels: bool = True
-           ) -> tuple[_Fitter, dict[str, tuple[tuple[Affine, ...], str]]]:
-    """The fitter of ``probes`` once their graphs and shapes agree (NotSymbolic otherwise)."""
+           ) -> tuple[_Fitter, dict[str, tuple[tuple[Affine, ...], str]], dict[str, SizedConst]]:
+    """The fitter of ``probes``, every value's shape and the constants that follow the sizes,
+    once their graphs and shapes agree (NotSymbolic otherwise)."""
     fitter = _Fitter([p.sizes for p in probes], nsym)
-    _same_graphs(probes, fitter, kernels)
-    return fitter, _shapes(probes, fitter, kernels)
+    sized = _same_graphs(probes, fitter, kernels)
+    return fitter, _shapes(probes, fitter, kernels), sized
 
 
 def _merge(probes: Sequence[_Probe], fitter: _Fitter, syms: list[E.Var]) -> list[tuple[_Kernel, list[Tensor]]]:
@@ -529,28 +720,53 @@ def build_symbolic(graph_at: GraphAt, symbols: Sequence[str], target: str, fuse:
     for k, (all_base, all_vary) in enumerate(_PROBE_SETS):
         base, vary = tuple(all_base[:nsym]), all_vary[:nsym]
         try:
-            probes, fitter, shapes, merged = _probe_set(graph_at, symbols, base, vary, strategy, fuse, syms)
-            lo, hi = _ranges(graph_at, symbols, probes, vary, strategy, fuse)
+            probes, shapes, sized, merged = _probe_set(graph_at, symbols, base, vary, strategy, fuse, syms)
+            lo, hi, ends = _ranges(graph_at, symbols, probes, vary, strategy)
             break
         except NotSymbolic as exc:
             if k == len(_PROBE_SETS) - 1 or not exc.smaller:
                 raise
-    funcs = []
-    memo = LoweringMemo()
-    hints = {v: min(HINT, h) for v, h in zip(syms, hi)}
-    for kern, tensors in merged:
-        funcs.append(_schedule(kern, tensors, strategy, hints, memo))
-    funcs, steps = share_identical_kernels(funcs, probes[0].steps)
-    module = build_functions(funcs, tgt) if funcs else None
-    return SymbolicBuild(symbols, module, steps, shapes, probes[0].graph, str(tgt), lo, hi,
-                         time.perf_counter() - t0)
+    # a table's first rows: the largest probe in the range holds the most of them
+    sized.update(_check([*probes, *ends], nsym, kernels=False)[2])
+
+    def compile_bucket(bucket: tuple[int, ...]) -> tuple[Any, list[dict[str, Any]], set[str]]:
+        """The bucket's symbolic kernels, the steps calling them, and the kernels whose schedule
+        needs constant extents (compiled per size by compile_exact)."""
+        memo = LoweringMemo()
+        hints = dict(zip(syms, bucket))
+        funcs, exact = [], set()
+        for kern, tensors in merged:
+            f = _schedule(kern, tensors, strategy, hints, memo)
+            if f is None:
+                exact.add(kern.fname)
+            else:
+                funcs.append(f)
+        funcs, steps = share_identical_kernels(funcs, probes[0].steps)
+        return (build_functions(funcs, tgt) if funcs else None), steps, exact
+
+    def compile_exact(names: set[str], sizes: tuple[int, ...]) -> Any:
+        """The kernels ``names`` compiled for these sizes (constant extents)."""
+        from ..lowering import lower
+
+        memo = LoweringMemo()
+        values = dict(zip(syms, sizes))
+        funcs = []
+        for kern, tensors in merged:
+            if kern.fname in names:
+                conc = _concrete(tensors, values)
+                s = strategy.schedule_group(conc[len(kern.ins):], config=None)
+                funcs.append(lower(s, conc, kern.fname, target=strategy.target, memo=memo))
+        return build_functions(funcs, tgt)
+
+    return SymbolicBuild(symbols, probes[0].steps, shapes, probes[0].graph, str(tgt), lo, hi,
+                         time.perf_counter() - t0, sized, compile_bucket, compile_exact)
 
 
 def _probe_set(graph_at: GraphAt, symbols: list[str], base: tuple[int, ...], vary: Sequence[int],
-               strategy: Strategy, fuse: bool, syms: list[E.Var]) -> tuple[list[_Probe], _Fitter, Any, Any]:
-    """The probes at ``base`` and at ``base`` with each symbol varied, their fit, shapes and
-    merged kernels (NotSymbolic when they do not agree). The graphs are compared first, so a
-    model refused for its graph costs no kernel programs."""
+               strategy: Strategy, fuse: bool, syms: list[E.Var]) -> tuple[list[_Probe], Any, Any, Any]:
+    """The probes at ``base`` and at ``base`` with each symbol varied, the shapes, the constants
+    that follow the sizes and the merged kernels (NotSymbolic when they do not agree). The
+    graphs are compared first, so a model refused for its graph costs no kernel programs."""
     nsym = len(symbols)
     probes = []
     for i in range(-1, nsym):
@@ -569,8 +785,8 @@ def _probe_set(graph_at: GraphAt, symbols: list[str], base: tuple[int, ...], var
         except EmberError as exc:
             raise NotSymbolic(f"the kernels do not build at the probe sizes {dict(zip(symbols, p.sizes))}: "
                               f"{exc}") from exc
-    fitter, shapes = _check(probes, nsym)
-    return probes, fitter, shapes, _merge(probes, fitter, syms)
+    fitter, shapes, sized = _check(probes, nsym)
+    return probes, shapes, sized, _merge(probes, fitter, syms)
 
 
 def _slopes(p0: _Probe, p: _Probe, symbol: str, i: int) -> None:
@@ -588,37 +804,102 @@ def _slopes(p0: _Probe, p: _Probe, symbol: str, i: int) -> None:
 
 
 def _schedule(kern: _Kernel, tensors: list[Tensor], strategy: Strategy, hints: dict[E.Var, int], memo: Any) -> Any:
-    """The lowered kernel: scheduled by the strategy as for the hinted sizes, or, when that
-    schedule needs constant extents (a vectorised axis of a symbolic extent), as for unknown
-    (small) sizes; NotSymbolic when neither lowers."""
+    """The lowered kernel with symbolic extents, scheduled by the strategy as for the hinted
+    sizes; None when that schedule needs constant extents (a vectorised axis whose extent the
+    bound inference leaves symbolic): the kernel is then compiled per size."""
     from ..lowering import lower
 
-    outs = tensors[len(kern.ins):]
     try:
         with size_hints(hints):
-            s = strategy.schedule_group(outs, config=None)
+            s = strategy.schedule_group(tensors[len(kern.ins):], config=None)
         return lower(s, tensors, kern.fname, target=strategy.target, memo=memo)
-    except EmberError:
-        pass
-    try:
-        return lower(strategy.schedule_group(outs, config=None), tensors, kern.fname, target=strategy.target, memo=memo)
     except EmberError as exc:
-        raise NotSymbolic(f"kernel {kern.fname} needs constant sizes ({exc})") from exc
+        _log.debug("kernel %s is compiled per size: %s", kern.fname, exc)
+        return None
 
 
-def _ranges(graph_at: GraphAt, symbols: list[str], probes: list[_Probe], vary: Sequence[int], strategy: Strategy,
-            fuse: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+class _Subst(Mutator):
+    """A merged kernel body at constant sizes: the sizes substituted, loads reading the rebuilt
+    stages, reductions over rebuilt axes."""
+
+    def __init__(self, sub: dict[E.Var, E.PrimExpr], mapping: dict[tuple[int, int], Tensor]):
+        self.sub = sub
+        self.mapping = mapping
+
+    def visit_Var(self, e: E.Var) -> E.PrimExpr:
+        return self.sub.get(e, e)
+
+    def visit_ProducerLoad(self, e: E.ProducerLoad) -> E.PrimExpr:
+        idx = tuple(self.visit(i) for i in e.indices)
+        return E.ProducerLoad(self.mapping[(id(e.producer.op), e.producer.value_index)], idx, e.dtype)
+
+    def visit_Reduce(self, e: E.Reduce) -> E.PrimExpr:
+        axis = tuple(self.itervar(iv) for iv in e.axis)
+        src = tuple(self.visit(x) for x in e.source)
+        cond = None if e.condition is None else self.visit(e.condition)
+        return E.Reduce(e.combiner, src, axis, cond, e.value_index, e.dtype)
+
+    def itervar(self, iv: IterVar) -> IterVar:
+        dom = iv.dom
+        if dom is not None:
+            dom = Range(simplify(substitute(dom.min, self.sub)), simplify(substitute(dom.extent, self.sub)))
+        return IterVar(dom, iv.var, iv.kind, iv.thread_tag)
+
+
+def _concrete(tensors: Sequence[Tensor], values: dict[E.Var, int]) -> list[Tensor]:
+    """The merged program of ``tensors`` with the symbolic sizes set to ``values``."""
+    sub: dict[E.Var, E.PrimExpr] = {v: E.const(n, v.dtype) for v, n in values.items()}
+    mapping: dict[tuple[int, int], Tensor] = {}
+    rw = _Subst(sub, mapping)
+    for op in post_order([t.op for t in tensors]):
+        if isinstance(op, PlaceholderOp):
+            shape = tuple(simplify(substitute(d, sub)) for d in op.shape)
+            mapping[(id(op), 0)] = te.placeholder(shape, str(op.dtype), name=op.name)
+            continue
+        axis = tuple(rw.itervar(iv) for iv in op.axis)
+        body = tuple(simplify(rw.visit(b)) for b in op.body)
+        new = ComputeOp(op.name, op.tag, axis, body, op.attrs)
+        for j in range(new.num_outputs):
+            mapping[(id(op), j)] = new.output(j)
+    return [mapping[(id(t.op), t.value_index)] for t in tensors]
+
+
+class _Modules:
+    """A bucket's module of symbolic kernels with the module of the kernels compiled for the
+    program's sizes (``names``), as one module for a :class:`~ember.model.program.Program`."""
+
+    def __init__(self, main: Any, extra: Any, names: set[str]):
+        self.main = main
+        self.extra = extra
+        self.names = names
+
+    def get_function(self, name: str) -> Any:
+        """The function ``name`` of whichever module holds it."""
+        return (self.extra if name in self.names else self.main).get_function(name)
+
+    def get_source(self, fmt: str = "ir") -> str:
+        """Both modules' sources."""
+        return "\n".join(m.get_source(fmt) for m in (self.main, self.extra) if m is not None)
+
+
+def _ranges(graph_at: GraphAt, symbols: list[str], probes: list[_Probe], vary: Sequence[int], strategy: Strategy
+            ) -> tuple[tuple[int, ...], tuple[int, ...], list[_Probe]]:
     """The smallest and largest ladder size of each symbol (the others at their base size) at
-    which the optimised graph keeps the probes' form (NotSymbolic when no small size does)."""
+    which the optimised graph keeps the probes' form (NotSymbolic when no small size does), and
+    the probes at the largest ones."""
     nsym = len(symbols)
     base = probes[0].sizes
+    ends: list[_Probe] = []
 
     def fits(i: int, n: int) -> bool:
         at = tuple(n if k == i else base[k] for k in range(nsym))
         try:
-            _check([*probes, _probe(graph_at, symbols, at, strategy)], nsym, kernels=False)
+            p = _probe(graph_at, symbols, at, strategy)
+            _check([*probes, p], nsym, kernels=False)
         except EmberError:
             return False
+        if n > vary[i]:
+            ends.append(p)
         return True
 
     lo, hi = [], []
@@ -629,7 +910,7 @@ def _ranges(graph_at: GraphAt, symbols: list[str], probes: list[_Probe], vary: S
                               smaller=True)
         lo.append(low)
         hi.append(next((n for n in _LADDER_UP if n > vary[i] and fits(i, n)), vary[i]))
-    return tuple(lo), tuple(hi)
+    return tuple(lo), tuple(hi), ends
 
 
 def name_of(symbol: str) -> str:

@@ -207,3 +207,12 @@ def valid_conv(rng: np.random.Generator, k: int = 5):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "width"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None])
     return _model(nodes, [x], [y], [numpy_helper.from_array(w, "w")])
+
+
+def mean_over_seq(rng: np.random.Generator, d: int = 6):
+    """x[1, seq, d] -> ReduceMean over ``seq`` -> [1, d]: the mean's ``1 / seq`` is a
+    floating-point constant that depends on the size."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=0)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", d])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, d])
+    return _model(nodes, [x], [y], [], opset=17)

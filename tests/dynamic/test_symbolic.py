@@ -12,6 +12,7 @@ import pytest
 
 import ember
 from ember.errors import ArgumentError
+from ember.model.symbolic import bucket_of
 
 onnx = pytest.importorskip("onnx", reason="the dynamic-shape tests build ONNX graphs (pip install onnx)")
 ort = pytest.importorskip("onnxruntime", reason="the dynamic-shape tests compare with ONNX Runtime")
@@ -46,23 +47,39 @@ def test_attention_block_compiles_once_for_every_sequence_length(rng) -> None:
     for b, s in sizes:
         _check(model, sess, {"x": rng.standard_normal((b, s, 20)).astype(np.float32)})
     assert spec.symbolic_status == "built"
-    assert spec.compiles == 1 and model.variants == []  # one compile, no per-shape variant
-    assert spec.instances == len(set(sizes)) and spec.hits >= 1
     build = spec.symbolic
     assert build.symbols == ["batch", "seq"] and build.lo == (1, 1) and build.hi == (4096, 4096)
+    # one compile per size bucket (powers of 4), and per size of the kernels whose schedule needs
+    # constant extents (attention's Q Kᵀ for longer sequences); no whole model per shape
+    buckets = {(bucket_of(b, 1, 4096), bucket_of(s, 1, 4096)) for b, s in sizes}
+    assert len(build.bucket_seconds) == len(buckets) == 9 and model.variants == []
+    assert spec.compiles == build.compiles == 9 + build.exact_compiles and build.exact_compiles < len(set(sizes))
+    assert len(build.buckets) == 8  # max_buckets: the least recently used bucket's kernels dropped
+    assert spec.instances == len(set(sizes)) and spec.hits >= 1
 
 
 def test_a_model_the_symbolic_build_refuses_compiles_per_shape_and_says_why(rng, caplog) -> None:
-    m = graphs.positions_from_range(rng)  # Range(0, seq) folds into a constant of every size
+    m = graphs.mean_over_seq(rng)  # the mean's 1 / seq: a floating-point constant of every size
     model, sess = ember.compile(m), _ort(m)
     with caplog.at_level(logging.INFO, logger="ember.dynamic"):
         for s in (3, 9, 3, 14):
             _check(model, sess, {"x": rng.standard_normal((1, s, 6)).astype(np.float32)})
     spec = model._specializer
-    assert spec.symbolic is None and "depends on the sizes" in spec.symbolic_status
+    assert spec.symbolic is None and "floating-point constant" in spec.symbolic_status
     assert spec.compiles == 3 and len(model.variants) == 3
     reasons = [r for r in caplog.records if "not once for every size" in r.getMessage()]
-    assert len(reasons) == 1 and "constant 'pos'" in reasons[0].getMessage()  # logged once
+    assert len(reasons) == 1 and "depends on the sizes" in reasons[0].getMessage()  # logged once
+
+
+def test_positions_folded_from_the_shape_are_cut_from_one_table(rng) -> None:
+    m = graphs.positions_from_range(rng)  # Range(0, seq) folds into a constant of every size
+    model, sess = ember.compile(m), _ort(m)
+    for s in (1, 3, 9, 40, 100):
+        _check(model, sess, {"x": rng.standard_normal((1, s, 6)).astype(np.float32)})
+    build = model._specializer.symbolic
+    assert build is not None and model.variants == []
+    (pos,) = build.sized.values()
+    assert pos.kind == "prefix" and pos.value.shape[0] == build.hi[0] == 4096
 
 
 def test_sizes_outside_the_builds_range_compile_per_shape(rng) -> None:
@@ -74,7 +91,7 @@ def test_sizes_outside_the_builds_range_compile_per_shape(rng) -> None:
     build = spec.symbolic
     assert build is not None and build.lo == (1,) and 41 <= build.hi[0] <= 50
     assert sorted(v["x"][0] for v in model.variants) == [45, 50, 77]  # past the range: one variant each
-    assert spec.compiles == 1 + 3
+    assert spec.compiles == len(build.buckets) + 3
 
 
 def test_a_size_the_graph_refuses_names_the_input(rng) -> None:
@@ -99,7 +116,7 @@ def test_two_inputs_sharing_a_symbol_are_checked_before_the_build_runs(rng) -> N
     for b, s in [(1, 1), (2, 5), (3, 19), (1, 70)]:
         _check(model, sess, {"a": rng.standard_normal((b, s, 8)).astype(np.float32),
                              "mask": rng.uniform(0, 1, (b, s)).astype(np.float32)})
-    assert model._specializer.compiles == 1 and model.variants == []
+    assert model._specializer.compiles == len(model._specializer.symbolic.buckets) and model.variants == []
 
 
 def test_programs_made_from_the_build_are_dropped_quietly_past_max_instances(rng) -> None:
@@ -113,7 +130,7 @@ def test_programs_made_from_the_build_are_dropped_quietly_past_max_instances(rng
         warnings.simplefilter("error")  # no EvictionWarning: making a program again costs no compile
         for s in range(1, 8):
             model(np.ones((1, s, 8), np.float32), np.ones((1, s), np.float32))
-    assert spec.compiles == 1 and spec.instances == 7 and len(spec._instances) == 3
+    assert spec.compiles == 3 and spec.instances == 7 and len(spec._instances) == 3  # buckets 1, 4 and 16
 
 
 def test_per_shape_only_turns_the_build_off(rng) -> None:
