@@ -123,7 +123,7 @@ class HostRun:
             if kind == "input":
                 src = env[self._inputs[src]].reshape(shape)
             elif kind == "output":
-                src = outs[src]
+                src = outs[src].reshape(shape)
             arr = out.get(name) if out else None
             if isinstance(arr, np.ndarray):
                 np.copyto(arr, src)

@@ -29,8 +29,8 @@ SHAPE = (3, 7, 5, 11)  # no tile divides it
 
 def _model(fuse: bool = False) -> tuple[ember.Model, np.ndarray]:
     """x -> Add(w) -> Relu -> Reshape -> Sigmoid -> Mul(x'), with outputs: the last value, the
-    input itself, the constant, a view, an intermediate that a later kernel reads, and the last
-    value again."""
+    input itself, the constant, a view (of an output), an intermediate that a later kernel
+    reads, the last value again, and the output the view is of."""
     rng = np.random.default_rng(7)
     w = rng.standard_normal(SHAPE).astype(np.float32)
     flat = (SHAPE[0], int(np.prod(SHAPE[1:])))
@@ -44,7 +44,7 @@ def _model(fuse: bool = False) -> tuple[ember.Model, np.ndarray]:
         h.make_node("Identity", ["w"], ["wc"]),
         h.make_node("Identity", ["y"], ["y2"]),
     ]
-    outs = [("y", flat), ("x_out", SHAPE), ("wc", SHAPE), ("v", flat), ("a", SHAPE), ("y2", flat)]
+    outs = [("y", flat), ("x_out", SHAPE), ("wc", SHAPE), ("v", flat), ("a", SHAPE), ("y2", flat), ("r", SHAPE)]
     nodes.append(h.make_node("Identity", ["x"], ["x_out"]))
     g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, SHAPE)],
                      [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in outs],
@@ -59,7 +59,7 @@ def _reference(x: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
     a = x + w
     v = np.maximum(a, 0).reshape(flat)
     y = (1 / (1 + np.exp(-v))) * x.reshape(flat)
-    return [y, x, w, v, a, y]
+    return [y, x, w, v, a, y, v.reshape(SHAPE)]
 
 
 @pytest.mark.parametrize("fuse", [False, True])
