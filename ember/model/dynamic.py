@@ -59,6 +59,8 @@ CompileShapes = Callable[[dict[str, tuple[int, ...]]], Model]
 DEFAULT_MAX_VARIANTS = 8
 #: Programs made from a symbolic build kept per model (cheap to make again: no warning on dropping).
 DEFAULT_MAX_INSTANCES = 64
+#: Calls of one size after which the symbolic build compiles its slow kernels for that size.
+DEFAULT_PROMOTE_AFTER = 3
 #: Compiles the model once for every size of its symbols (raises NotSymbolic when it cannot).
 CompileSymbolic = Callable[[], SymbolicBuild]
 #: Input dtypes checked before a variant is compiled (the executor checks the others after).
@@ -158,6 +160,10 @@ class ShapeSpecializer:
         self._symbols = symbols_of(self.declared)
         self._instances: OrderedDict[ShapeKey, Model] = OrderedDict()
         self.max_instances = DEFAULT_MAX_INSTANCES
+        #: Calls of each size run by the symbolic build; at ``promote_after`` calls, the kernels
+        #: its bucket runs with schedules made for unknown sizes are compiled for the size (0: never).
+        self.promote_after = DEFAULT_PROMOTE_AFTER
+        self._calls: dict[ShapeKey, int] = {}
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.target = target
@@ -184,6 +190,7 @@ class ShapeSpecializer:
             self.symbolic_status = "turned off (per_shape_only)"
             self._symbolic = None
             self._instances.clear()
+            self._calls.clear()
 
     @property
     def symbolic(self) -> SymbolicBuild | None:
@@ -224,12 +231,17 @@ class ShapeSpecializer:
             if model is not None:
                 self._instances.move_to_end(key)
                 self.hits += 1
-                return model
-            model = self._variants.get(key)
-            if model is not None:
+                calls = self._calls[key] = self._calls.get(key, 0) + 1
+                if calls != self.promote_after:
+                    return model
+            else:
+                model = self._variants.get(key)
+            if model is not None and key not in self._instances:
                 self._variants.move_to_end(key)
                 self.hits += 1
                 return model
+        if model is not None:  # a size called promote_after times: its kernels compiled for it
+            return self._promote(key, model)
         with self._compile_lock:
             with self._lock:
                 model = self._variants.get(key) or self._instances.get(key)
@@ -287,10 +299,36 @@ class ShapeSpecializer:
         with self._lock:
             self.compiles += b.compiles - before
             self._instances[key] = model
+            self._calls[key] = 1
             self.instances += 1
             while len(self._instances) > self.max_instances:
-                self._instances.popitem(last=False)
+                old, _ = self._instances.popitem(last=False)
+                self._calls.pop(old, None)
         return model
+
+    def _promote(self, key: ShapeKey, model: Model) -> Model:
+        """The program of a size called ``promote_after`` times, with the kernels its bucket runs
+        with schedules made for unknown sizes compiled for it (the same model when none does)."""
+        b = self._symbolic
+        if b is None:
+            return model
+        with self._compile_lock:
+            sizes = check_shapes(self.declared, self._named(key))
+            vals = tuple(int(sizes[n]) for n in b.symbols)
+            if not b.promotable(vals):
+                return model
+            before = b.compiles
+            try:
+                better = Model(b.program(vals, exact=True))
+            except EmberError as exc:  # keep the program it has
+                _log.warning("ember: compiling the kernels of %s for their sizes failed: %s", self._named(key), exc)
+                return model
+            with self._lock:
+                self.compiles += b.compiles - before
+                self._instances[key] = better
+            _log.info("compiled the kernels of input shapes %s for their sizes (called %d times)", self._named(key),
+                      self.promote_after)
+        return better
 
     def add(self, shapes: Mapping[str, tuple[int, ...]], model: Model) -> None:
         """Keep ``model`` as the variant for ``shapes`` (checked against the declared dims),

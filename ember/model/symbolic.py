@@ -190,7 +190,7 @@ class SymbolicBuild:
     def __init__(self, symbols: list[str], steps: list[dict[str, Any]],
                  shapes: dict[str, tuple[tuple[Affine, ...], str]], graph: Graph, target: str,
                  lo: tuple[int, ...], hi: tuple[int, ...], seconds: float, sized: dict[str, SizedConst],
-                 compile_bucket: Callable[[tuple[int, ...]], tuple[Any, list[dict[str, Any]], set[str]]],
+                 compile_bucket: Callable[[tuple[int, ...]], tuple[Any, list[dict[str, Any]], set[str], set[str]]],
                  compile_exact: Callable[[set[str], tuple[int, ...]], Any], max_buckets: int = 8,
                  max_exact: int = 16):
         self.symbols = symbols
@@ -212,7 +212,8 @@ class SymbolicBuild:
         self.bucket_seconds: list[tuple[tuple[int, ...], float]] = []
         self._compile_bucket = compile_bucket
         self._compile_exact = compile_exact
-        self._buckets: OrderedDict[tuple[int, ...], tuple[Any, list[dict[str, Any]], set[str]]] = OrderedDict()
+        self._buckets: OrderedDict[tuple[int, ...], tuple[Any, list[dict[str, Any]], set[str], set[str]]] = \
+            OrderedDict()
         #: Kernels compiled for one size (their schedule needs constant extents): at most
         #: ``max_exact`` sizes kept; how many were compiled.
         self.max_exact = max_exact
@@ -235,7 +236,7 @@ class SymbolicBuild:
         return all(lo <= s <= hi for lo, s, hi in zip(self.lo, sizes, self.hi)) and \
             all(c.fits(sizes) for c in self.sized.values())
 
-    def _module(self, sizes: Sequence[int]) -> tuple[Any, list[dict[str, Any]], set[str]]:
+    def _module(self, sizes: Sequence[int]) -> tuple[Any, list[dict[str, Any]], set[str], set[str]]:
         key = tuple(bucket_of(n, lo, hi) for n, lo, hi in zip(sizes, self.lo, self.hi))
         entry = self._buckets.get(key)
         if entry is not None:
@@ -244,8 +245,9 @@ class SymbolicBuild:
         t0 = time.perf_counter()
         entry = self._buckets[key] = self._compile_bucket(key)
         self.bucket_seconds.append((key, time.perf_counter() - t0))
-        _log.info("compiled the kernels of the size bucket %s in %.2f s (%d compiled per size)",
-                  dict(zip(self.symbols, key)), self.bucket_seconds[-1][1], len(entry[2]))
+        _log.info("compiled the kernels of the size bucket %s in %.2f s (%d scheduled as for unknown sizes, %d "
+                  "compiled per size)", dict(zip(self.symbols, key)), self.bucket_seconds[-1][1], len(entry[2]),
+                  len(entry[3]))
         while len(self._buckets) > self.max_buckets:
             old, _ = self._buckets.popitem(last=False)
             _log.info("dropped the kernels of the least recently used size bucket %s", dict(zip(self.symbols, old)))
@@ -263,11 +265,18 @@ class SymbolicBuild:
             self._exact.move_to_end(key)
         return module
 
-    def program(self, sizes: Sequence[int]) -> Program:
+    def promotable(self, sizes: Sequence[int]) -> bool:
+        """True when some kernel of these sizes' bucket runs a schedule made for unknown sizes,
+        which :meth:`program` with ``exact`` replaces by one compiled for these sizes."""
+        return bool(self._module(sizes)[2])
+
+    def program(self, sizes: Sequence[int], exact: bool = False) -> Program:
         """The program for concrete symbol sizes (in :attr:`symbols` order, :meth:`accepts`
         them): every shape evaluated, the memory plan made for them, the kernels of their size
-        bucket (compiled now on the bucket's first use) shared."""
-        module, steps, exact = self._module(sizes)
+        bucket (compiled now on the bucket's first use) shared. With ``exact``, the kernels the
+        bucket schedules as for unknown sizes are compiled for these sizes (a size called often)."""
+        module, steps, slow, exact_only = self._module(sizes)
+        exact = exact_only | slow if exact else exact_only
         if exact:
             module = _Modules(module, self._exact_module(exact, tuple(int(n) for n in sizes)), exact)
         values = {n: TensorInfo(tuple(f(sizes) for f in dims), dt) for n, (dims, dt) in self.shapes.items()}
@@ -729,20 +738,23 @@ def build_symbolic(graph_at: GraphAt, symbols: Sequence[str], target: str, fuse:
     # a table's first rows: the largest probe in the range holds the most of them
     sized.update(_check([*probes, *ends], nsym, kernels=False)[2])
 
-    def compile_bucket(bucket: tuple[int, ...]) -> tuple[Any, list[dict[str, Any]], set[str]]:
-        """The bucket's symbolic kernels, the steps calling them, and the kernels whose schedule
-        needs constant extents (compiled per size by compile_exact)."""
+    def compile_bucket(bucket: tuple[int, ...]) -> tuple[Any, list[dict[str, Any]], set[str], set[str]]:
+        """The bucket's symbolic kernels, the steps calling them, the kernels scheduled as for
+        unknown sizes because their hinted schedule needs constant extents (compiled per size
+        for sizes called often), and those that only lower at constant sizes (per size always)."""
         memo = LoweringMemo()
         hints = dict(zip(syms, bucket))
-        funcs, exact = [], set()
+        funcs, slow, exact = [], set(), set()
         for kern, tensors in merged:
-            f = _schedule(kern, tensors, strategy, hints, memo)
+            f, hinted = _schedule(kern, tensors, strategy, hints, memo)
             if f is None:
                 exact.add(kern.fname)
-            else:
-                funcs.append(f)
+                continue
+            funcs.append(f)
+            if not hinted:
+                slow.add(kern.fname)
         funcs, steps = share_identical_kernels(funcs, probes[0].steps)
-        return (build_functions(funcs, tgt) if funcs else None), steps, exact
+        return (build_functions(funcs, tgt) if funcs else None), steps, slow, exact
 
     def compile_exact(names: set[str], sizes: tuple[int, ...]) -> Any:
         """The kernels ``names`` compiled for these sizes (constant extents)."""
@@ -803,19 +815,27 @@ def _slopes(p0: _Probe, p: _Probe, symbol: str, i: int) -> None:
                                   f"{symbol} = {p.sizes[i]}: not a linear function of the sizes (a strided window?)")
 
 
-def _schedule(kern: _Kernel, tensors: list[Tensor], strategy: Strategy, hints: dict[E.Var, int], memo: Any) -> Any:
-    """The lowered kernel with symbolic extents, scheduled by the strategy as for the hinted
-    sizes; None when that schedule needs constant extents (a vectorised axis whose extent the
-    bound inference leaves symbolic): the kernel is then compiled per size."""
+def _schedule(kern: _Kernel, tensors: list[Tensor], strategy: Strategy, hints: dict[E.Var, int],
+              memo: Any) -> tuple[Any, bool]:
+    """The lowered kernel with symbolic extents and whether the strategy scheduled it as for
+    the hinted sizes; when that schedule needs constant extents (a vectorised axis whose extent
+    the bound inference leaves symbolic), as for unknown (small) sizes; (None, False) when that
+    does not lower either (the kernel is then compiled per size)."""
     from ..lowering import lower
 
+    outs = tensors[len(kern.ins):]
     try:
         with size_hints(hints):
-            s = strategy.schedule_group(tensors[len(kern.ins):], config=None)
-        return lower(s, tensors, kern.fname, target=strategy.target, memo=memo)
+            s = strategy.schedule_group(outs, config=None)
+        return lower(s, tensors, kern.fname, target=strategy.target, memo=memo), True
+    except EmberError as exc:
+        _log.debug("kernel %s: the hinted schedule needs constant extents: %s", kern.fname, exc)
+    try:
+        return lower(strategy.schedule_group(outs, config=None), tensors, kern.fname, target=strategy.target,
+                     memo=memo), False
     except EmberError as exc:
         _log.debug("kernel %s is compiled per size: %s", kern.fname, exc)
-        return None
+        return None, False
 
 
 class _Subst(Mutator):

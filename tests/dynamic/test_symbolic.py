@@ -140,3 +140,18 @@ def test_per_shape_only_turns_the_build_off(rng) -> None:
     _check(model, sess, {"a": rng.standard_normal((2, 5, 8)).astype(np.float32),
                          "mask": rng.uniform(0, 1, (2, 5)).astype(np.float32)})
     assert model._specializer.symbolic is None and model.variants == [{"a": (2, 5, 8), "mask": (2, 5)}]
+
+
+def test_a_size_called_often_gets_its_slow_kernels_compiled_for_it(rng) -> None:
+    m = graphs.attention_block(rng)
+    model, sess = ember.compile(m), _ort(m)
+    spec = model._specializer
+    x = rng.standard_normal((1, 50, 20)).astype(np.float32)
+    _check(model, sess, {"x": x})
+    build = spec.symbolic
+    slow = build.promotable((1, 50))  # attention's Q Kᵀ: its hinted schedule needs constant extents
+    before = spec.compiles
+    for _ in range(spec.promote_after):  # the third call compiles them for (1, 50); then it is kept
+        _check(model, sess, {"x": rng.standard_normal((1, 50, 20)).astype(np.float32)})
+    assert spec.compiles == before + (1 if slow else 0)
+    assert model.variants == []
