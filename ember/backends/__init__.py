@@ -42,8 +42,9 @@ def backend_for(target: Target | str) -> Backend:
 
 
 def build_functions(funcs: Sequence[PrimFunc], target: Target | str, use_cache: bool = True,
-                    cache_dir: str | os.PathLike[str] | None = None) -> Module:
-    """Compile lowered ``funcs`` for ``target`` into one module, through the compile cache.
+                    cache_dir: str | os.PathLike[str] | None = None, jobs: int | None = None) -> Module:
+    """Compile lowered ``funcs`` for ``target`` into one module, through the compile cache
+    (``jobs``: processes the backend may build with, :meth:`.base.Backend.compile`).
 
     The cache key covers the loop IR, every expression's type, the resolved target and the
     backend's toolchain fingerprint; an entry that is missing, corrupt or that the backend's
@@ -65,7 +66,7 @@ def build_functions(funcs: Sequence[PrimFunc], target: Target | str, use_cache: 
                 return backend.load(hit, tgt)
             except ModelFormatError:
                 pass  # a bad entry is rebuilt below
-    parts = backend.compile(funcs, tgt)
+    parts = backend.compile(funcs, tgt, jobs)
     if root is not None:
         cache.store(root, key, parts, {"target": str(tgt)})
     return backend.load(parts, tgt)

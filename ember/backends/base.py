@@ -40,8 +40,10 @@ class Backend(ABC):
         part of the cache key."""
 
     @abstractmethod
-    def compile(self, funcs: list[PrimFunc], target: Target) -> Parts:
-        """Generate, optimise, assemble and link ``funcs`` for ``target``; returns the parts."""
+    def compile(self, funcs: list[PrimFunc], target: Target, jobs: int | None = None) -> Parts:
+        """Generate, optimise, assemble and link ``funcs`` for ``target``; returns the parts.
+        ``jobs``: processes the backend may use for it (None: its own choice; a backend that
+        builds in one process ignores it)."""
 
     @abstractmethod
     def load(self, parts: Parts, target: Target | None = None) -> Module:

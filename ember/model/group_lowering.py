@@ -54,6 +54,7 @@ def lower_groups(
     target: Target | str | None = None,
     tf32: bool = False,
     configs: ConfigChooser | None = None,
+    lowered: Callable[[list[Any], int, int], None] | None = None,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Build and lower one function per non-view group for ``target``; returns (functions, steps).
 
@@ -63,12 +64,14 @@ def lower_groups(
     stage) a scalar (0-d) output is computed as a one-element vector (the same bytes). Without
     ``target``, ``gpu`` picks the GPU strategy (of ``cuda``) or the host CPU's. ``tf32`` lets
     the GPU strategy run float32 products on TF32 tensor cores. ``configs`` chooses each kernel's
-    knob setting (None: every kernel gets its strategy's default schedule)."""
+    knob setting (None: every kernel gets its strategy's default schedule). ``lowered`` is told
+    after each kernel: (the functions so far, groups done, groups in all)."""
     from ..lowering import LoweringMemo, lower
 
     strategy = _strategy(target, gpu, tf32)
     funcs, steps = [], []
     memo = LoweringMemo()  # repeated layers are lowered once
+    costs: dict[int, dict[str, Any] | None] = {}  # by body: a repeated layer's function shares it
     packed: dict[tuple[Any, ...], list[str]] = {}  # folded constants by content: one copy per distinct value
     for k, gr in enumerate(groups):
         if _group_is_view(gr, graph):
@@ -119,13 +122,25 @@ def lower_groups(
         funcs.append(lower(s, [t for _, t in ins] + fixed + work, fname, target=strategy.target, memo=memo))
         outs_all = list(gr.outputs) + work_names
         steps.append({"kind": "kernel", "func": fname, "args": [n for n, _ in ins] + outs_all, "nout": len(outs_all),
-                      **_node_info(gr), "cost": _cost_json(funcs[-1])})
+                      **_node_info(gr), "cost": _cost_of(funcs[-1], costs)})
+        if lowered is not None:
+            lowered(funcs, k + 1, len(groups))
     return funcs, steps
 
 
 def _node_info(gr: Group) -> dict[str, list[str]]:
     """The graph nodes a step computes (their ONNX names and operator types), for profiles."""
     return {"nodes": [n.name for n in gr.nodes], "ops": [n.op for n in gr.nodes]}
+
+
+def _cost_of(func: Any, costs: dict[int, dict[str, Any] | None]) -> dict[str, Any] | None:
+    """:func:`_cost_json` of ``func``, counted once per body: functions the lowering memo gave
+    the same body object (repeated layers) cost the same (``costs``, keyed by the body's id,
+    lives while the functions do)."""
+    key = id(func.body)
+    if key not in costs:
+        costs[key] = _cost_json(func)
+    return costs[key]
 
 
 def _cost_json(func: Any) -> dict[str, Any] | None:
@@ -180,7 +195,9 @@ def _fold_constant_stages(
         if not op.constant_layout or op.num_outputs != 1:
             return None
         t = op.output(0)
-        (value,) = evaluate([t], {x: graph.consts[consts[id(x.op)]] for x in srcs})
+        value = _fold_directly(op, srcs, consts, graph)
+        if value is None:
+            (value,) = evaluate([t], {x: graph.consts[consts[id(x.op)]] for x in srcs})
         # keyed by a digest of a sample of the bytes (hashing every byte of the large packed
         # weights cost more than the comparison that confirms a match)
         raw = np.ascontiguousarray(np.asarray(value).reshape(-1)).view(np.uint8)
@@ -200,6 +217,22 @@ def _fold_constant_stages(
         return ph
 
     return rewrite(outs, fold), folded
+
+
+def _fold_directly(op: ComputeOp, srcs: list[te.Tensor], consts: dict[int, str], graph: Graph) -> np.ndarray | None:
+    """The value of constant stage ``op`` computed by its operator's own NumPy function, equal
+    bit for bit to :func:`ember.te.evaluate` of the stage but much faster: the Winograd weight
+    transform (:func:`ember.ops.winograd_nchwc.weight_transform_value`) of constant weights.
+    None for every other stage (evaluated as te)."""
+    from ..ops.winograd_nchwc import weight_transform_source, weight_transform_value
+
+    w = weight_transform_source(op)
+    if w is None or len(srcs) != 1 or srcs[0].op is not w.op:
+        return None
+    value = np.asarray(graph.consts[consts[id(w.op)]])
+    if value.dtype != np.float32 or value.shape != tuple(te_shape(w)):
+        return None
+    return weight_transform_value(value, int(op.attrs["tile"]), int(op.attrs["nr"]))
 
 
 def _workspaces(outs: list[te.Tensor], strategy: Strategy) -> list[te.Tensor]:

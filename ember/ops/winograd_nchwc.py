@@ -64,6 +64,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
 from .. import te
 from ..ir import expr as E
 from ..te import Tensor
@@ -209,7 +211,57 @@ def weight_transform(w: Tensor, m: int, nr: int) -> Tensor:
 
     u64 = compute((a, a, kp, cb * ib, nr), wt2, name=uname("winograd_wt2"))
     return compute(shape(u64), lambda *i: cast(u64[i], "float32"), name=uname("winograd_wt"), tag="winograd_wt",
-                   constant_layout=True)
+                   attrs={"tile": m, "nr": nr}, constant_layout=True)
+
+
+def weight_transform_source(op: te.Operation) -> Tensor | None:
+    """The weights ``w`` that ``op`` transforms when ``op`` is the last stage of
+    :func:`weight_transform` (tag ``winograd_wt``, reading ``w`` through its two reductions),
+    else None."""
+    if not isinstance(op, te.ComputeOp) or op.tag != "winograd_wt" or not op.attrs or "nr" not in op.attrs:
+        return None
+    chain: te.Operation = op
+    for _ in range(2):  # winograd_wt <- winograd_wt2 <- winograd_wt1 <- w
+        if len(chain.input_tensors) != 1:
+            return None
+        chain = chain.input_tensors[0].op
+    if len(chain.input_tensors) != 1 or len(shape(chain.input_tensors[0])) != 6:
+        return None
+    return chain.input_tensors[0]
+
+
+def weight_transform_value(w: np.ndarray, m: int, nr: int) -> np.ndarray:
+    """The value of :func:`weight_transform` for the weights ``w`` (``[MB, CB, 3, 3, ib, ob]``
+    float32), computed directly with NumPy: the same float64 products and sums in the same order
+    as :func:`ember.te.evaluate` of the stages (each sum of three products left to right, then
+    added to zero, the reduction's identity), rounded once to float32. What the model compiler
+    folds (:func:`ember.model.group_lowering._fold_constant_stages`): the evaluation of the te
+    stages gathers every weight through index arrays, about 50x slower."""
+    mb, cb, kh, kw, ib, ob = w.shape
+    if (kh, kw) != (3, 3):
+        raise ValueError(f"the Winograd weight transform takes 3x3 kernels, not {kh}x{kw}")
+    _, g, _ = transform_matrices(m)
+    a = m + 2
+    kreal = mb * ob
+    kp = -(-kreal // nr)
+    cp = cb * ib
+    gm = np.array([[float(c) for c in row] for row in g], np.float64)  # [a, 3]
+    # wq[r, q, c, k] = w[k // ob, c // ib, r, q, c % ib, k % ob], zero for k >= kreal
+    wq = np.zeros((3, 3, cp, kp * nr), np.float64)
+    wq[..., :kreal] = np.asarray(w, np.float32).transpose(2, 3, 1, 4, 0, 5).reshape(3, 3, cp, kreal)
+
+    def sum3(coef: np.ndarray, terms: np.ndarray) -> np.ndarray:  # sum_r coef[..., r] * terms[r], left to right
+        out = coef[0] * terms[0] + coef[1] * terms[1]
+        out += coef[2] * terms[2]
+        out += 0.0  # the reduction's identity (a zero sum is +0.0)
+        return out
+
+    # g1[xi, q, c, k] = sum_r G[xi, r] * wq[r, q, c, k]
+    g1 = np.stack([sum3(gm[xi], wq) for xi in range(a)])
+    # u[xi, nu, kq, c, kn] = sum_r G[nu, r] * g1[xi, r, c, kq * nr + kn]
+    g1p = g1.reshape(a, 3, cp, kp, nr).transpose(1, 0, 3, 2, 4)  # [r, xi, kq, c, kn]
+    u = np.stack([sum3(gm[nu], g1p) for nu in range(a)], axis=1)  # [xi, nu, kq, c, kn]
+    return np.ascontiguousarray(u.astype(np.float32))
 
 
 @register(WINOGRAD_NCHWC, pattern="heavy")

@@ -39,13 +39,16 @@ class CPUBackend(Backend):
         """The CPU model and features (in the target string) and the code generator's revision."""
         return f"cpu {target.triple} {target.mcpu} {target.mattr} codegen {CODEGEN_REVISION}"
 
-    def compile(self, funcs: list[PrimFunc], target: Target) -> Parts:
-        """Code generation, LLVM O3 and object emission (see :mod:`.codegen`)."""
-        from .codegen import compile_cpu
+    def compile(self, funcs: list[PrimFunc], target: Target, jobs: int | None = None) -> Parts:
+        """Code generation, LLVM O3 and object emission (see :mod:`.codegen`), in up to ``jobs``
+        processes (None: :func:`.codegen.default_jobs`); the parts are the same for any ``jobs``."""
+        from .codegen import compile_cpu, default_jobs
 
-        compiled = compile_cpu(funcs, target, funcs[0].name)
+        texts = [str(f) for f in funcs]
+        weights = [len(t) for t in texts]
+        compiled = compile_cpu(funcs, target, funcs[0].name, default_jobs(weights) if jobs is None else jobs, weights)
         meta = {"format": CPU_FORMAT, "target": str(target), "functions": compiled.functions,
-                "loop_ir": "\n\n".join(str(f) for f in funcs)}
+                "loop_ir": "\n\n".join(texts)}
         return {"module.json": json.dumps(meta).encode(), "module.o": compiled.obj,
                 "module.ll": compiled.llvm_ir.encode()}
 

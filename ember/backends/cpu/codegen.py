@@ -14,6 +14,7 @@ import ctypes.util
 import functools
 import hashlib
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -303,35 +304,298 @@ def function_signature(func: S.PrimFunc) -> dict[str, Any]:
     return {"name": func.name, "params": params, "scalars": scalars}
 
 
-def compile_cpu(funcs: list[S.PrimFunc], target: Target, module_name: str = "ember") -> CompiledCPU:
-    """Generate, verify, optimise and assemble ``funcs`` for the host CPU."""
-    cg = CodeGenCPU(target, module_name)
-    sigs = []
+#: Loop IR (printed characters) below which :func:`default_jobs` builds in one process: a
+#: forked part costs ~50 ms, and a module this size takes a second or less to build.
+PARALLEL_MIN_CHARS = 100_000
+
+
+def default_jobs(weights: list[int]) -> int:
+    """Processes :func:`compile_cpu` uses when not told: 2 (where this process may run on two
+    cores or more) for functions whose printed loop IR (``weights``: characters per function)
+    reaches :data:`PARALLEL_MIN_CHARS` in all and that are at least two, else 1. (ResNet-50's
+    28 kernels, 480,000 characters: code generation and LLVM's O3 in two processes at once.)"""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this OS
+        cores = os.cpu_count() or 1
+    return 2 if cores >= 2 and len(weights) >= 2 and sum(weights) >= PARALLEL_MIN_CHARS else 1
+
+
+def compile_cpu(funcs: list[S.PrimFunc], target: Target, module_name: str = "ember", jobs: int = 1,
+                weights: list[int] | None = None) -> CompiledCPU:
+    """Generate, verify, optimise and assemble ``funcs`` for the host CPU.
+
+    ``jobs`` > 1 generates and optimises the functions in up to that many parts at once: the
+    first in this process, each other in a forked child process (:func:`_forked_bitcode`: it
+    inherits the loop IR, so nothing is pickled, and sends back optimised bitcode); a build
+    started ahead for the first functions (:func:`start_ahead`) is one more such part (counted
+    in ``jobs`` while its child still runs). The parts
+    are then linked in order, the signatures' module last, and assembled into one object here.
+    The object is the serial build's byte for byte (each function is optimised with what it
+    calls, no function calls another part's, the order of uses is kept through the bitcode and
+    the outlined loop bodies get their serial names back); only the LLVM IR text differs (block
+    labels, the order of declarations). ``weights`` (one per function, e.g. the length of its
+    printed loop IR) balance the parts; without them each part gets as many functions. A part
+    whose child fails (or where ``fork`` is unavailable) is built here, so errors are raised as
+    in a serial build."""
     for f in funcs:
         verify(f)  # ill-typed loop IR raises CodegenError here, before LLVM sees it
+    sigs = [function_signature(f) for f in funcs]
+    tm = target_machine(target)
+    n, ahead = _claim_ahead(funcs, target, module_name)
+    rest = funcs[n:]
+    rest_weights = weights[n:] if weights is not None and len(weights) == len(funcs) else None
+    jobs -= 1 if ahead is not None and ahead.running() else 0  # (that child is one of the processes)
+    groups = _partition(rest, jobs, rest_weights) if rest and jobs > 1 and _can_fork() else [rest] if rest else []
+    first = 1 if ahead is not None else 0  # the part's index: where its unique names start
+
+    def name(k: int) -> str:
+        return module_name if k == 0 else f"{module_name}.{k}"
+
+    plan: list[tuple[list[S.PrimFunc], int, _Child | None]] = [(funcs[:n], 0, ahead)] if ahead is not None else []
+    plan += [(g, first + j, _forked_bitcode(g, target, name(first + j), first + j) if j else None)
+             for j, g in enumerate(groups)]
+    try:
+        here = {k: _optimized_module(g, target, name(k), tm, k) for g, k, child in plan if child is None}
+        built = []
+        for g, k, child in plan:
+            if child is None:
+                built.append((k, *here[k]))
+                continue
+            got = child.result()
+            try:
+                part = llvm.parse_bitcode(got[0]) if got is not None else None
+            except RuntimeError:
+                part = None
+            if part is None:  # the child failed: build the part here (raising what went wrong)
+                built.append((k, *_optimized_module(g, target, name(k), tm, k)))
+            else:
+                built.append((k, part, got[1]))  # type: ignore[index]
+    finally:
+        for _, _, child in plan:
+            if child is not None:
+                child.stop()
+    meta = _signatures_module(sigs, target, tm, name(len(plan)))
+    mod, names = None, 0
+    for k, part, used in built:
+        if k:
+            _rename_part(part, k, names)
+        names += used
+        if mod is None:
+            mod = part
+        else:
+            mod.link_in(part)
+    if mod is None:
+        mod = meta
+    else:
+        mod.link_in(meta)
+    text = str(mod)
+    obj = tm.emit_object(mod)
+    return CompiledCPU(text, obj, sigs, str(target))
+
+
+def _signatures_module(sigs: list[dict[str, Any]], target: Target, tm: llvm.TargetMachine,
+                       module_name: str) -> llvm.ModuleRef:
+    """The module of the build's function signatures (``__ember_metadata``: JSON bytes, and
+    ``__ember_metadata_size``), linked after the functions' modules."""
+    module = ir.Module(name=module_name)
+    module.triple = target.triple
+    meta = json.dumps(sigs).encode()
+    data = ir.GlobalVariable(module, ir.ArrayType(ir.IntType(8), len(meta)), "__ember_metadata")
+    data.initializer = ir.Constant(ir.ArrayType(ir.IntType(8), len(meta)), bytearray(meta))
+    data.global_constant = True
+    size = ir.GlobalVariable(module, I64, "__ember_metadata_size")
+    size.initializer = ir.Constant(I64, len(meta))
+    size.global_constant = True
+    module.data_layout = str(tm.target_data)
+    mod = parse_and_verify(str(module), module_name)
+    mod.triple = target.triple
+    return mod
+
+
+def _optimized_module(funcs: list[S.PrimFunc], target: Target, module_name: str, tm: llvm.TargetMachine,
+                      part: int) -> tuple[llvm.ModuleRef, int]:
+    """``funcs`` generated, parsed, verified and optimised (O3) as one LLVM module, and how many
+    unique names the code generator made. ``part`` > 0 starts the unique names at ``part *
+    _NAMES_PER_PART`` (:func:`_rename_part` gives them their serial numbers)."""
+    cg = CodeGenCPU(target, module_name)
+    cg._counter = part * _NAMES_PER_PART
+    for f in funcs:
         try:
             cg.add_function(f)
         except EmberError:
             raise
         except (ValueError, TypeError, AttributeError, KeyError, AssertionError) as exc:
             raise CodegenError(f"code generation of {f.name} failed: {type(exc).__name__}: {exc}") from exc
-        sigs.append(function_signature(f))
-    meta = json.dumps(sigs).encode()
-    data = ir.GlobalVariable(cg.module, ir.ArrayType(ir.IntType(8), len(meta)), "__ember_metadata")
-    data.initializer = ir.Constant(ir.ArrayType(ir.IntType(8), len(meta)), bytearray(meta))
-    data.global_constant = True
-    size = ir.GlobalVariable(cg.module, I64, "__ember_metadata_size")
-    size.initializer = ir.Constant(I64, len(meta))
-    size.global_constant = True
-    tm = target_machine(target)
     # The target's data layout is part of the text LLVM parses, so every pass sees it.
     cg.module.data_layout = str(tm.target_data)
     mod = parse_and_verify(str(cg.module), module_name)
     mod.triple = target.triple
     optimize(mod, tm)
-    text = str(mod)
-    obj = tm.emit_object(mod)
-    return CompiledCPU(text, obj, sigs, str(target))
+    return mod, cg._counter - part * _NAMES_PER_PART
+
+
+#: Unique names of one part of a parallel build start at ``part * _NAMES_PER_PART``.
+_NAMES_PER_PART = 1 << 40
+
+
+def _rename_part(mod: llvm.ModuleRef, part: int, start: int) -> None:
+    """Give the functions of part ``part`` of a parallel build the names a serial build gives
+    them: the code generator's unique names (``<prefix>.<n>``, outlined loop bodies) numbered
+    from ``start`` (the names the earlier parts made) instead of ``part * _NAMES_PER_PART``, so
+    the object is the serial build's byte for byte."""
+    first = part * _NAMES_PER_PART
+    for fn in mod.functions:
+        prefix, _, number = fn.name.rpartition(".")
+        if prefix and number.isdigit() and int(number) > first:
+            fn.name = f"{prefix}.{int(number) - first + start}"
+
+
+def _can_fork() -> bool:
+    """Whether child processes can be forked here (POSIX; the ``fork`` start method)."""
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def _partition(funcs: list[S.PrimFunc], jobs: int, weights: list[int] | None) -> list[list[S.PrimFunc]]:
+    """``funcs`` cut into at most ``jobs`` consecutive, non-empty runs (consecutive: the linked
+    module keeps the functions' order) by weight: the first run, built by this process, which
+    also links and assembles the whole object afterwards, gets :data:`_FIRST_SHARE` of an equal
+    share; the others split the rest equally."""
+    w = [max(1, int(x)) for x in weights] if weights is not None and len(weights) == len(funcs) else [1] * len(funcs)
+    parts = max(1, min(jobs, len(funcs)))
+    if parts == 1:
+        return [list(funcs)]
+    first = _FIRST_SHARE / parts
+    cuts = [first + (1 - first) * k / (parts - 1) for k in range(parts - 1)]  # cumulative shares
+    total, out, cur, acc = sum(w), [], [], 0
+    for k, (f, x) in enumerate(zip(funcs, w)):
+        cur.append(f)
+        acc += x
+        left = len(funcs) - k - 1  # every later run needs a function
+        if len(out) < parts - 1 and (acc >= total * cuts[len(out)] or left == parts - 1 - len(out)):
+            out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    return out
+
+
+#: The first part's weight in a parallel build, as a fraction of an equal share (linking and
+#: assembling the object, ~1.5 s of ResNet-50's ~8 s, run after it in the same process).
+_FIRST_SHARE = 0.7
+
+
+class _Child:
+    """A forked process building one part of a parallel build (:func:`_forked_bitcode`)."""
+
+    def __init__(self, proc: Any, conn: Any) -> None:
+        self.proc, self.conn, self.done = proc, conn, False
+
+    def running(self) -> bool:
+        """Whether the child is still building (has sent nothing yet)."""
+        return not self.done and self.proc.is_alive() and not self.conn.poll()
+
+    def result(self) -> tuple[bytes, int] | None:
+        """Wait for the part: (bitcode, unique names made), or None when the child failed."""
+        try:
+            data = self.conn.recv()
+        except (EOFError, OSError):
+            data = None
+        self.done = True
+        self.stop()
+        return data if isinstance(data, tuple) else None
+
+    def stop(self) -> None:
+        """Reap the child; one whose part is no longer wanted (the build failed) is killed first."""
+        if not self.done and self.proc.is_alive():
+            self.proc.kill()
+        self.done = True
+        self.conn.close()
+        self.proc.join()
+
+
+class AheadBuild:
+    """Code generation of a module's first functions, started (in a forked child) before the
+    build is asked for: the model compiler starts one halfway through lowering a large model
+    (:func:`ember.driver.compile_graph`), so LLVM works on the first kernels while the rest are
+    lowered. :func:`compile_cpu` takes it over when its functions begin with exactly these
+    (the same objects, same target and module name); :meth:`cancel` ends one that no build took
+    (a cache hit, a failure)."""
+
+    def __init__(self, funcs: list[S.PrimFunc], target: Target, child: _Child) -> None:
+        self.funcs, self.target, self.child = list(funcs), str(target), child
+
+    def cancel(self) -> None:
+        """Forget the build and end its child (nothing if a build took it over)."""
+        with _ahead_lock:
+            if self in _ahead:
+                _ahead.remove(self)
+                self.child.stop()
+
+
+_ahead_lock = threading.Lock()
+_ahead: list[AheadBuild] = []
+
+
+def start_ahead(funcs: list[S.PrimFunc], target: Target) -> AheadBuild | None:
+    """Start generating ``funcs`` (the first functions of a module to be built for ``target``,
+    in order) in a forked child; None where nothing was started (no ``fork``, nothing to do)."""
+    if not funcs or not _can_fork():
+        return None
+    funcs = list(funcs)  # (an ill-typed one fails the child; the build then raises the error itself)
+    build = AheadBuild(funcs, target, _forked_bitcode(funcs, target, funcs[0].name, 0))
+    with _ahead_lock:
+        _ahead.append(build)
+    return build
+
+
+def _claim_ahead(funcs: list[S.PrimFunc], target: Target, module_name: str) -> tuple[int, _Child | None]:
+    """The build started ahead (:func:`start_ahead`) for the first functions of ``funcs``: how
+    many it covers and its child, taken out of the registry; ``(0, None)`` when there is none."""
+    with _ahead_lock:
+        for build in _ahead:
+            n = len(build.funcs)
+            if (n <= len(funcs) and build.target == str(target) and module_name == build.funcs[0].name
+                    and all(a is b for a, b in zip(build.funcs, funcs))):
+                _ahead.remove(build)
+                return n, build.child
+    return 0, None
+
+
+def _forked_bitcode(funcs: list[S.PrimFunc], target: Target, module_name: str, part: int) -> _Child:
+    """A forked child that builds ``funcs`` (:func:`_optimized_module`) and sends back the
+    module's bitcode and how many unique names it made. The fork happens while this thread
+    holds llvmlite's lock, so no other thread of this process is inside LLVM then (the child
+    would inherit a held lock)."""
+    import multiprocessing
+
+    from llvmlite.binding import ffi
+
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        recv.close()
+        try:
+            mod, used = _optimized_module(funcs, target, module_name, target_machine(target), part)
+            # the order of each value's uses as built here (it decides, e.g., the order of a
+            # block's predecessors, and so the machine code): as in a serial build
+            llvm.set_option("", "-preserve-bc-uselistorder")
+            send.send((mod.as_bitcode(), used))
+        except BaseException:  # noqa: BLE001 - the parent rebuilds this part and reports the error
+            send.send(None)
+        finally:
+            send.close()
+
+    proc = ctx.Process(target=child, daemon=True)
+    with ffi.lib._lock:
+        proc.start()
+    send.close()
+    return _Child(proc, recv)
 
 
 def assembly(llvm_ir: str, target: Target) -> str:

@@ -31,8 +31,9 @@ class CUDABackend(Backend):
 
         return NVPTXCompiler().fingerprint()
 
-    def compile(self, funcs: list[PrimFunc], target: Target) -> Parts:
-        """Split, generate, link libdevice, optimise, emit PTX and assemble a cubin."""
+    def compile(self, funcs: list[PrimFunc], target: Target, jobs: int | None = None) -> Parts:
+        """Split, generate, link libdevice, optimise, emit PTX and assemble a cubin (in this
+        process: ``jobs`` is ignored)."""
         from ..gpu.build import compile_parts
         from .codegen import NVPTXCompiler
 

@@ -23,8 +23,9 @@ class ROCmBackend(Backend):
 
         return AMDGPUCompiler().fingerprint()
 
-    def compile(self, funcs: list[PrimFunc], target: Target) -> Parts:
-        """Split, generate, link the ROCm device libraries, optimise, emit and link the code object."""
+    def compile(self, funcs: list[PrimFunc], target: Target, jobs: int | None = None) -> Parts:
+        """Split, generate, link the ROCm device libraries, optimise, emit and link the code object
+        (in this process: ``jobs`` is ignored)."""
         from ..gpu.build import compile_parts
         from .codegen import AMDGPUCompiler
 
