@@ -25,6 +25,7 @@ from ..ops.util import shape as te_shape
 from ..ops.util import uname
 from ..strategy.base import Strategy
 from ..transform import Pass, PassContext, Sequential
+from .cse import EliminateCommonSubexpressions
 from .ir import STRING, Graph, Node, TensorInfo
 from .qdq_fusion import FuseQDQ
 from .recurrent import ExpandRecurrent
@@ -331,6 +332,8 @@ def fuse(graph: Graph, enabled: bool = True) -> list[Group]:
         else:
             groups[target].append(node)
             group_of[id(node)] = target
+    if enabled:
+        groups = _merge_injective_tails(groups, cons, prod, outputs, pattern)
     result = []
     for gnodes in groups:
         produced = {o for n in gnodes for o in n.outputs if o}
@@ -345,6 +348,63 @@ def fuse(graph: Graph, enabled: bool = True) -> list[Group]:
         outs = [o for n in gnodes for o in n.outputs if o in outs]
         result.append(Group(gnodes, ins, outs))
     return _order_groups(result, graph)
+
+
+def _merge_injective_tails(
+    groups: list[list[Node]],
+    cons: dict[str, list[Node]],
+    prod: dict[str, Node],
+    outputs: set[str],
+    pattern: Callable[[Node], str],
+) -> list[list[Node]]:
+    """``groups`` with each all-injective group that reads computed values of a reduction group
+    (one holding no product or opaque node), values that no third group reads, moved into that
+    group as its epilogue: the ``Where(IsNaN(s), 0, s)`` after an exported attention's Softmax
+    ``s`` (two readers of ``s``, so the one-reader epilogue rule of :func:`fuse` leaves it a
+    kernel of its own) runs in the Softmax's kernel. The tail's other inputs may come from any
+    group that does not depend on the reduction's (so no cycle forms). Groups keep their nodes in
+    topological order."""
+    owner = {id(n): gi for gi, g in enumerate(groups) for n in g}
+
+    def depends(a: int, b: int) -> bool:
+        seen, stack = set(), [a]
+        while stack:
+            cur = stack.pop()
+            if cur == b:
+                return True
+            if cur in seen:
+                continue
+            seen.add(cur)
+            stack.extend(owner[id(prod[i])] for n in groups[cur] for i in n.inputs
+                         if i in prod and owner[id(prod[i])] != cur)
+        return False
+
+    merged: set[int] = set()
+    for hi, h in enumerate(groups):
+        if any(pattern(n) != "injective" for n in h):
+            continue
+        members = {id(n) for n in h}
+        reads: dict[int, set[str]] = {}
+        for n in h:
+            for i in n.inputs:
+                p = prod.get(i)
+                if p is not None and id(p) not in members:
+                    reads.setdefault(owner[id(p)], set()).add(i)
+        cands = [gi for gi, vals in reads.items()
+                 if gi not in merged and any(pattern(n) == "reduce" for n in groups[gi])
+                 and all(pattern(n) in ("injective", "reduce") for n in groups[gi])
+                 and not any(v in outputs for v in vals)
+                 and all(owner[id(c)] in (gi, hi) for v in vals for c in cons.get(v, []))]
+        if len(cands) != 1:
+            continue
+        gi = cands[0]
+        if any(depends(k, gi) for k in reads if k != gi):
+            continue
+        groups[gi].extend(h)
+        for n in h:
+            owner[id(n)] = gi
+        merged.add(hi)
+    return [g for gi, g in enumerate(groups) if gi not in merged]
 
 
 def _order_groups(groups: list[Group], graph: Graph) -> list[Group]:
@@ -475,7 +535,8 @@ def default_graph_pipeline(progress: Callable[[str], None] | None = None) -> Seq
     ``OptimizeGraph``: :class:`~ember.graph.qdq_fusion.FuseQDQ` (QDQ groups as integer operators,
     before folding dequantizes the weights), :class:`InferAndFold` (``progress`` is told about each folded node),
     :class:`~ember.graph.recurrent.ExpandRecurrent` (LSTM/GRU/RNN as GEMM steps), :class:`Simplify`,
-    :class:`DeadCodeElimination`. Run it as ``default_graph_pipeline(p)(graph)``;
+    :class:`~ember.graph.cse.EliminateCommonSubexpressions`, :class:`DeadCodeElimination`. Run it as
+    ``default_graph_pipeline(p)(graph)``;
     the result is what ``optimize(graph, p)`` gave."""
     return Sequential([FuseQDQ(), InferAndFold(progress=progress), ExpandRecurrent(), Simplify(),
-                       DeadCodeElimination()], name="OptimizeGraph")
+                       EliminateCommonSubexpressions(), DeadCodeElimination()], name="OptimizeGraph")

@@ -172,10 +172,12 @@ def gemm_tiled(M: int, N: int, K: int, tile: int = 16) -> Kernel:
     return s, [A, B, C], lambda a, b: a.astype(np.float64) @ b
 
 
-def gemm_fast(M: int, N: int, K: int, bm: int = 128, bn: int = 128, bk: int = 8, tm: int = 8, tn: int = 8) -> Kernel:
+def gemm_fast(M: int, N: int, K: int, bm: int = 128, bn: int = 128, bk: int = 8, tm: int = 8, tn: int = 8,
+              stages: int = 1) -> Kernel:
     """SGEMM ``C = A @ B`` tiled for speed: a ``bm x bn`` block tile staged through shared
     memory (A transposed on the way so both operands are read as 128-bit vectors), a
-    ``tm x tn`` register tile per thread, the reduction blocked by ``bk``."""
+    ``tm x tn`` register tile per thread, the reduction blocked by ``bk``; with ``stages`` > 1
+    the staging is software-pipelined (``cp.async`` into that many slots)."""
     A = te.placeholder((M, K), name="A")
     B = te.placeholder((K, N), name="B")
     AT = te.compute((K, M), lambda k, i: A[i, k], name="AT")
@@ -237,6 +239,8 @@ def gemm_fast(M: int, N: int, K: int, bm: int = 128, bn: int = 128, bk: int = 8,
     s[BS].bind(fbx, te.thread_axis("threadIdx.x"))
     s[BS].unroll(fbo2)
     s[BS].vectorize(fbv)
+    if stages > 1:
+        s[CL].pipeline(ko, stages)
     return s, [A, B, C], lambda a, b: a.astype(np.float64) @ b
 
 
