@@ -108,9 +108,10 @@ def _jit(m: ir.Module, names: Sequence[str]) -> list[int]:
     from ...target import Target
     from .codegen import target_machine
 
+    tm = target_machine(Target("llvm"), opt=2)  # initialises LLVM first
     mod = llvm.parse_assembly(str(m))
     mod.verify()
-    engine = llvm.create_mcjit_compiler(mod, target_machine(Target("llvm"), opt=2))
+    engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
     _ENGINES.append(engine)
     return [int(engine.get_function_address(n)) for n in names]
