@@ -114,17 +114,41 @@ class SizedConst:
     kind: str
     value: np.ndarray
     dims: tuple[Affine, ...]
+    #: ``"index"``: element ``idx`` is ``coef[0] + sum(coef[1 + d] * idx[d])`` (flat indices of a
+    #: gather over the symbolic dimensions: BERT's attention mask, ``b * seq + s``).
+    coef: tuple[Affine, ...] = ()
 
     def fits(self, sizes: Sequence[int]) -> bool:
         """True when the constant exists at ``sizes`` (a prefix no longer than ``value``)."""
-        return self.kind == "broadcast" or all(f(sizes) <= n for f, n in zip(self.dims, self.value.shape))
+        return self.kind != "prefix" or all(f(sizes) <= n for f, n in zip(self.dims, self.value.shape))
 
     def at(self, sizes: Sequence[int]) -> np.ndarray:
         """The constant's value at ``sizes`` (C-contiguous; :meth:`fits` must hold)."""
         shape = tuple(f(sizes) for f in self.dims)
         if self.kind == "broadcast":
             return np.ascontiguousarray(np.broadcast_to(self.value, shape))
+        if self.kind == "index":
+            out = np.full(shape, self.coef[0](sizes), self.value.dtype)
+            for d, c in enumerate(self.coef[1:]):
+                out += (np.arange(shape[d], dtype=self.value.dtype) * c(sizes)).reshape(
+                    [-1 if k == d else 1 for k in range(len(shape))])
+            return out
         return np.ascontiguousarray(self.value[tuple(slice(0, n) for n in shape)])
+
+
+def _index_form(w: np.ndarray) -> list[int] | None:
+    """``[c0, c1, ...]`` when integer array ``w`` is ``c0 + sum(c[1 + d] * idx[d])``, else None."""
+    if w.dtype.kind not in "iu" or w.size == 0:
+        return None
+    c = [int(w.flat[0])]
+    for d in range(w.ndim):
+        step = [0] * w.ndim
+        step[d] = 1 if w.shape[d] > 1 else 0
+        c.append(int(w[tuple(step)]) - c[0] if w.shape[d] > 1 else 0)
+    grid = np.full(w.shape, c[0], np.int64)
+    for d in range(w.ndim):
+        grid += (np.arange(w.shape[d], dtype=np.int64) * c[1 + d]).reshape([-1 if k == d else 1 for k in range(w.ndim)])
+    return c if np.array_equal(grid, w) else None
 
 
 def _sized_const(ws: Sequence[np.ndarray], fitter: _Fitter) -> SizedConst | None:
@@ -141,6 +165,19 @@ def _sized_const(ws: Sequence[np.ndarray], fitter: _Fitter) -> SizedConst | None
     if all(np.array_equal(r, reduced[0], equal_nan=nan)
            and np.array_equal(np.broadcast_to(r, w.shape), w, equal_nan=nan) for r, w in zip(reduced, ws)):
         return SizedConst("broadcast", np.ascontiguousarray(reduced[0]), tuple(dims))  # type: ignore[arg-type]
+    forms = [_index_form(w) for w in ws]
+    if all(f is not None for f in forms):
+        # a dimension of size 1 hides its coefficient: fit on the base probes, check the others
+        first = _Fitter(fitter.probes[:1 + fitter.nsym], fitter.nsym)
+        coef = []
+        for j in range(w0.ndim + 1):
+            c = first.fit([f[j] for f in forms[:1 + fitter.nsym]])  # type: ignore[index]
+            if c is None or any(f[j] != c(p) for f, p, w in zip(forms, fitter.probes, ws)  # type: ignore[index]
+                                if j == 0 or w.shape[j - 1] > 1):
+                break
+            coef.append(c)
+        else:
+            return SizedConst("index", np.empty(0, w0.dtype), tuple(dims), tuple(coef))  # type: ignore[arg-type]
     big = max(ws, key=lambda w: w.size)
     for w in ws:
         if any(a > b for a, b in zip(w.shape, big.shape)):

@@ -216,3 +216,24 @@ def mean_over_seq(rng: np.random.Generator, d: int = 6):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", d])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, d])
     return _model(nodes, [x], [y], [], opset=17)
+
+
+def gather_by_flat_index(rng: np.random.Generator):
+    """x[batch, seq] -> Gather(x flattened, Range(0, batch * seq) reshaped to [batch, seq]) * 2: the
+    flat indices ``b * seq + s`` are folded into a constant of every size (an exported attention
+    mask does this)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("ReduceProd", ["s"], ["n"], keepdims=0),
+        helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+        helper.make_node("Reshape", ["r", "s"], ["idx"]),
+        helper.make_node("Reshape", ["x", "m1"], ["flat"]),
+        helper.make_node("Gather", ["flat", "idx"], ["g"], axis=0),
+        helper.make_node("Mul", ["g", "two"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(a, n) for n, a in [
+        ("zero", np.array(0, np.int64)), ("one", np.array(1, np.int64)), ("m1", np.array([-1], np.int64)),
+        ("two", np.array(2, np.float32))]]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])
+    return _model(nodes, [x], [y], inits)

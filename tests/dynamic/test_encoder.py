@@ -44,7 +44,7 @@ def test_encoder_with_symbolic_batch_and_sequence(encoder_path, rng) -> None:
     model = ember.compile(str(encoder_path))
     assert [s.shape for s in model.inputs] == [("batch", "seq"), ("batch", "seq")]
     sess = ort.InferenceSession(str(encoder_path), providers=["CPUExecutionProvider"])
-    for b, s in [(1, 7), (3, 19), (2, 1)]:
+    for b, s in [(1, 7), (3, 19), (2, 1), (1, 64), (2, 33)]:
         ids = rng.integers(0, 500, (b, s)).astype(np.int64)
         mask = np.ones((b, s), np.int64)
         mask[0, s // 2 + 1:] = 0  # padding in the first sequence
@@ -52,6 +52,13 @@ def test_encoder_with_symbolic_batch_and_sequence(encoder_path, rng) -> None:
         want = sess.run(None, {"input_ids": ids, "attention_mask": mask})[0]
         assert got.shape == want.shape == (b, s, 64)
         assert float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max()) <= 1e-4
-    assert len(model.variants) == 3
+    # compiled once for every size (ember.model.symbolic): the token types repeated, the positions
+    # cut from the table, the mask's flat indices made per size; a sequence of one token (where
+    # the graph changes form) compiles its own variant
+    spec = model._specializer
+    assert spec.symbolic_status == "built" and spec.symbolic.lo[1] <= 2 and spec.symbolic.hi[1] == 64
+    assert model.variants == [{"input_ids": (2, 1), "attention_mask": (2, 1)}]
     with pytest.raises(ember.ArgumentError, match="'seq'"):
         model(np.zeros((1, 5), np.int64), np.ones((1, 6), np.int64))
+    with pytest.raises(ember.ArgumentError, match=r"does not accept the input shapes .*\(1, 65\)"):
+        model(np.zeros((1, 65), np.int64), np.ones((1, 65), np.int64))  # 64 positions

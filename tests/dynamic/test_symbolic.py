@@ -155,3 +155,13 @@ def test_a_size_called_often_gets_its_slow_kernels_compiled_for_it(rng) -> None:
         _check(model, sess, {"x": rng.standard_normal((1, 50, 20)).astype(np.float32)})
     assert spec.compiles == before + (1 if slow else 0)
     assert model.variants == []
+
+
+def test_flat_indices_folded_from_the_shape_are_made_per_size(rng) -> None:
+    m = graphs.gather_by_flat_index(rng)  # b * seq + s, folded at compile time
+    model, sess = ember.compile(m), _ort(m)
+    for b, s in [(1, 1), (2, 3), (3, 17), (1, 70), (2, 5)]:
+        _check(model, sess, {"x": rng.standard_normal((b, s)).astype(np.float32)})
+    build = model._specializer.symbolic
+    assert build is not None and model.variants == []
+    assert [c.kind for c in build.sized.values()] == ["index"]
