@@ -76,9 +76,9 @@ class _Pool:
         self.m = ir.Module(name="ember_pool")
         self.m.triple = llvm.get_process_triple()
         g = {}
-        for name, ty in (("gen", I32), ("sleepers", I32), ("busy", I32), ("started", I32), ("workers", I32),
-                         ("mode", I32), ("threads", I32), ("claim", I64), ("done", I64), ("smask", I64),
-                         ("schunks", I64)):
+        for name, ty in (("gen", I32), ("sleepers", I32), ("pending", I32), ("busy", I32), ("started", I32),
+                         ("workers", I32), ("mode", I32), ("threads", I32), ("claim", I64), ("done", I64),
+                         ("smask", I64), ("schunks", I64)):
             var = ir.GlobalVariable(self.m, ty, f"ember_pool_{name}")
             var.initializer = ir.Constant(ty, 0)
             var.linkage = "internal"
@@ -247,6 +247,8 @@ class _Pool:
         b.cbranch(b.icmp_unsigned("<", k1, _c(SPIN_PAUSES)), spin, sleep)
         b.position_at_end(sleep)
         b.atomic_rmw("add", self.g["sleepers"], _c(1, I32), "seq_cst")
+        # a wake issued from now on is for this sleep: callers wake again (see _entry)
+        b.store_atomic(_c(0, I32), self.g["pending"], "seq_cst", 4)
         cur = b.load_atomic(self.g["gen"], "seq_cst", 4)
         wait_bb, woke = f.append_basic_block("wait"), f.append_basic_block("woke")
         b.cbranch(b.icmp_unsigned("==", cur, b.load(seen)), wait_bb, woke)
@@ -339,8 +341,15 @@ class _Pool:
         smask = b.or_(high, b.select(static, taken, _c(0xFFFFFFFF)))
         b.store_atomic(smask, self.g["smask"], "release", 8)
         b.store_atomic(gen, self.g["gen"], "seq_cst", 4)
+        # Wake the sleeping workers, unless a wake is already pending: one issued since the last
+        # worker went to sleep, whose sleepers have not run yet (each would be a system call
+        # that wakes no one; a worker clears ``pending`` before it sleeps, so none is missed).
         sleepers = b.load_atomic(self.g["sleepers"], "seq_cst", 4)
-        b.cbranch(b.icmp_signed(">", sleepers, _c(0, I32)), bb["wake"], bb["run"])
+        check = f.append_basic_block("wake_check")
+        b.cbranch(b.icmp_signed(">", sleepers, _c(0, I32)), check, bb["run"])
+        b.position_at_end(check)
+        was = b.atomic_rmw("xchg", self.g["pending"], _c(1, I32), "seq_cst")
+        b.cbranch(b.icmp_unsigned("==", was, _c(0, I32)), bb["wake"], bb["run"])
         b.position_at_end(bb["wake"])
         self._futex(b, _FUTEX_WAKE_PRIVATE, _c(0x7FFFFFFF, I32))
         b.branch(bb["run"])
