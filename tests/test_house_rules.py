@@ -19,6 +19,12 @@ ROOT = Path(ember.__file__).parent
 #: Handlers of ``Exception`` allowed: destructors/finalizers that may run at interpreter
 #: shutdown, when any module global can be None.
 BROAD_EXCEPT_ALLOWED = {"runtime/dlpack.py", "runtime/gpu_array.py"}
+#: single functions allowed a broad ``except``, each for its stated reason
+BROAD_EXCEPT_IN_FUNCTION = {
+    # a forked child that builds part of a CPU module: any failure is sent to the parent as
+    # "rebuild this part serially", where the error is raised and reported
+    ("backends/cpu/codegen.py", "child"),
+}
 
 
 def _sources() -> list[Path]:
@@ -61,12 +67,19 @@ def test_no_broad_except_that_can_hide_a_bug() -> None:
     found = []
     for path in _sources():
         rel = str(path.relative_to(ROOT))
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        owner = {}  # handler -> the innermost function around it
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.ExceptHandler):
+                        owner[node] = fn.name  # inner functions come later in the walk and win
+        for node in ast.walk(tree):
             if not isinstance(node, ast.ExceptHandler):
                 continue
             broad = node.type is None or (isinstance(node.type, ast.Name) and node.type.id in ("Exception",
                                                                                                  "BaseException"))
-            if broad and rel not in BROAD_EXCEPT_ALLOWED:
+            if broad and rel not in BROAD_EXCEPT_ALLOWED and (rel, owner.get(node)) not in BROAD_EXCEPT_IN_FUNCTION:
                 found.append(f"{rel}:{node.lineno}")
     assert not found, found
 
