@@ -202,8 +202,10 @@ def tune(
     The tasks are the model's distinct tunable kernels (:func:`~ember.tune.task.extract_tasks`),
     weighted by how often they occur. ``trials`` is the number of configurations measured over all
     tasks, records of earlier runs in ``db`` included (so a second run resumes); ``time_budget``
-    (seconds, or ``"10m"``) stops it earlier. Records go to ``db`` (default: ``EMBER_TUNING_DB``,
-    else ``~/.cache/ember/tuning.db``), where ``ember.compile`` finds them.
+    (seconds, or ``"10m"``) stops it earlier: no batch is started that would, at the pace of the
+    batches before it, end past the budget (the setup of the workers counts). Records go to
+    ``db`` (default: ``EMBER_TUNING_DB``, else ``~/.cache/ember/tuning.db``), where
+    ``ember.compile`` finds them.
 
     Where candidates run: ``workers=None, dask=None`` — local build processes (as many as cores,
     at most 8) and a measuring subprocess; ``workers=N`` — a Dask ``LocalCluster`` of ``N`` build
@@ -349,12 +351,15 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
             phases["setup"] = time.monotonic() - clock
             overlap = executor.lookahead if measuring else 0
             size = batch or max(8, 2 * nworkers)
-            inflight: list[tuple[int, list[ConfigEntity], Any]] = []
+            inflight: list[tuple[int, list[ConfigEntity], Any, float]] = []
             proposed, stopping = done, False
+            # seconds one more batch adds to the run (the interval between finished batches,
+            # smoothed): a batch is not started when it and those in flight would end past the budget
+            step_s, last_finish = 0.0, None
             while True:
                 added = False
                 if not stopping and proposed < trials:
-                    if budget is not None and time.monotonic() - t0 >= budget:
+                    if budget is not None and time.monotonic() - t0 + step_s * (len(inflight) + 1) >= budget:
                         result.notes.append(f"stopped at the time budget ({budget:.0f} s)")
                         stopping = True
                     elif (i := _pick(searches, tasks, tried)) is None:
@@ -363,7 +368,8 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
                         stopping = not inflight
                     elif cfgs := _timed(phases, "search", searches[i].propose, min(size, trials - proposed)):
                         best = searches[i].best
-                        inflight.append((i, cfgs, executor.start(i, cfgs, best[1] if best else None)))
+                        inflight.append((i, cfgs, executor.start(i, cfgs, best[1] if best else None),
+                                         time.monotonic()))
                         proposed += len(cfgs)
                         tried[i] += 1
                         added = True
@@ -373,8 +379,11 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
                     break
                 if added and len(inflight) <= overlap:
                     continue
-                i, cfgs, handle = inflight.pop(0)
+                i, cfgs, handle, started = inflight.pop(0)
                 outcomes = _timed(phases, "wait", executor.finish, handle)
+                now = time.monotonic()
+                step = now - (started if last_finish is None else max(started, last_finish))
+                step_s, last_finish = (step if step_s == 0.0 else 0.5 * (step_s + step)), now
                 _timed(phases, "store", _store, result, searches[i], tasks[i], tkey, cfgs, outcomes,
                        tdb if measuring else None)
                 done += len(cfgs)
