@@ -13,12 +13,23 @@ alternating rounds of one process (best of the rounds):
   format (``tests/cpu/int8_models.py``, cached under ``build/``) — goal <= 1.0x ONNX Runtime.
 
 Writes ``benchmarks/results/lowp_cpu.json``.
+
+``--cpu-time`` (for a shared, busy machine) measures only the two int8 ResNet-50s at one thread
+each, ember and ONNX Runtime called in turn and timed by the calling thread's CPU time (time
+spent preempted does not count; best and median of ``--calls`` calls), and breaks both down
+per layer kind: ember by ``Model.profile`` (each kernel step's fastest of the profiled runs,
+the host clock around one-thread kernels), ONNX Runtime by its session profiling (each node's
+fastest run). Writes ``benchmarks/results/lowp_cpu_cputime.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +81,170 @@ def _first(out: Any) -> Any:
     return out[0] if isinstance(out, (list, tuple)) else out
 
 
+def _cpu_time(fns: dict[str, Any], calls: int) -> dict[str, dict[str, float]]:
+    """Best and median thread-CPU seconds per call of each one-thread function, calling them in
+    turn ``calls`` times (after two untimed calls each)."""
+    for fn in fns.values():
+        fn()
+        fn()
+    got: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(calls):
+        for k, fn in fns.items():
+            t0 = time.thread_time()
+            fn()
+            got[k].append(time.thread_time() - t0)
+    return {k: {"best_s": min(v), "median_s": statistics.median(v)} for k, v in got.items()}
+
+
+def _layer_kinds(path: Path) -> dict[str, str]:
+    """Each node name of the ONNX model at ``path`` -> its layer kind: ``conv KxK`` for a
+    convolution (QLinearConv, or a QDQ ``Conv``), ``add`` (QLinearAdd / QDQ ``Add``), ``maxpool``,
+    ``head`` (pooling, classifier), ``other``."""
+    import onnx
+
+    m = onnx.load(str(path))
+    shapes = {t.name: tuple(t.dims) for t in m.graph.initializer}
+    prod = {o: n for n in m.graph.node for o in n.output}
+    kinds: dict[str, str] = {}
+    for n in m.graph.node:
+        op = n.op_type
+        if op in ("QLinearConv", "Conv"):
+            w = n.input[3] if op == "QLinearConv" else n.input[1]
+            if w not in shapes and w in prod:  # QDQ: the weights behind a DequantizeLinear
+                w = prod[w].input[0]
+            k = shapes.get(w, (0, 0, 0, 0))
+            kinds[n.name] = f"conv {k[2]}x{k[3]}" if len(k) == 4 else "conv"
+        elif op in ("QLinearAdd", "Add"):
+            kinds[n.name] = "add"
+        elif op == "MaxPool":
+            kinds[n.name] = "maxpool"
+        elif op in ("QLinearGlobalAveragePool", "GlobalAveragePool", "QGemm", "Gemm", "MatMul", "Flatten"):
+            kinds[n.name] = "head"
+        else:
+            kinds[n.name] = "other"
+    return kinds
+
+
+def _ember_breakdown(model: Any, feeds: dict[str, Any], kinds: dict[str, str], repeat: int) -> dict[str, Any]:
+    """ember's time per layer kind: each kernel step's fastest of ``repeat`` profiled runs,
+    filed under the kind of its heaviest ONNX node (a convolution with a fused residual add
+    counts as ``conv KxK + add``)."""
+    prof = model.profile(repeat=repeat, warmup=2, peaks=False, **feeds)
+    order = ("conv", "maxpool", "head", "add", "other")
+    by: dict[str, float] = {}
+    steps = []
+    for row in prof.steps:
+        ks = [kinds.get(n, "other") for n in row.nodes] or ["other"]
+        kind = min(ks, key=lambda k: next(i for i, p in enumerate(order) if k.startswith(p)))
+        if kind.startswith("conv") and "add" in ks:
+            kind += " + add"
+        if kind == "other" and any("layout" in n for n in row.nodes):
+            kind = "layout transform"
+        by[kind] = by.get(kind, 0.0) + row.min_ns * 1e-6
+        steps.append({"kernel": row.name, "kind": kind, "min_ms": round(row.min_ns * 1e-6, 4),
+                      "nodes": row.nodes[:4]})
+    return {"total_ms": round(sum(by.values()), 3), "by_kind_ms": {k: round(v, 3) for k, v in sorted(by.items())},
+            "steps": steps}
+
+
+def _ort_breakdown(path: Path, feeds: dict[str, Any], kinds: dict[str, str], repeat: int) -> dict[str, Any]:
+    """ONNX Runtime's time per layer kind at one thread: each node's fastest of ``repeat`` runs
+    of its session profiling (a node ONNX Runtime made, such as a layout transpose, counts as
+    ``other``; a fused QDQ group under its convolution's name)."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        so.enable_profiling = True
+        so.profile_file_prefix = str(Path(tmp) / "ort")
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        for _ in range(repeat + 2):
+            sess.run(None, feeds)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    runs: dict[str, list[float]] = {}
+    for ev in events:
+        if ev.get("cat") != "Node" or not str(ev.get("name", "")).endswith("_kernel_time"):
+            continue
+        runs.setdefault(ev["name"][: -len("_kernel_time")], []).append(ev["dur"] * 1e-3)
+    by: dict[str, float] = {}
+    nodes = []
+    for name, durs in runs.items():
+        kind = kinds.get(name)
+        if kind is None:
+            base = next((k for k in kinds if name.startswith(k)), None)
+            kind = kinds[base] if base is not None else "other"
+        best = min(durs[2:] or durs)
+        by[kind] = by.get(kind, 0.0) + best
+        nodes.append({"node": name, "kind": kind, "min_ms": round(best, 4)})
+    return {"total_ms": round(sum(by.values()), 3), "by_kind_ms": {k: round(v, 3) for k, v in sorted(by.items())},
+            "nodes": nodes}
+
+
+def cpu_time_main(args: Any) -> int:
+    """``--cpu-time``: the int8 ResNet-50s at one thread each by thread CPU time, with the
+    per-layer-kind breakdown of both (module docstring)."""
+    set_threads(1)
+    import numpy as np
+    import onnxruntime as ort
+    from int8_models import feeds as qfeeds
+    from int8_models import quantized
+
+    import ember
+
+    results: dict[str, Any] = {}
+    for fmt in args.formats.split(","):
+        path, shp = quantized("resnet50", fmt)
+        f = qfeeds(path, shp)
+        model = ember.compile(path)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        a, b = np.asarray(_first(model(**f))), _first(sess.run(None, f))
+        t = _cpu_time({"ember": lambda m=model, f=f: m(**f), "ort": lambda s=sess, f=f: s.run(None, f)}, args.calls)
+        r: dict[str, Any] = {
+            "ember_ms": round(t["ember"]["best_s"] * 1e3, 3), "ort_ms": round(t["ort"]["best_s"] * 1e3, 3),
+            "ratio": round(t["ember"]["best_s"] / t["ort"]["best_s"], 3),
+            "ember_median_ms": round(t["ember"]["median_s"] * 1e3, 3),
+            "ort_median_ms": round(t["ort"]["median_s"] * 1e3, 3),
+            "median_ratio": round(t["ember"]["median_s"] / t["ort"]["median_s"], 3),
+            "outputs_equal": bool(np.array_equal(a, b)), "max_abs_err": float(np.abs(a.astype(np.float64) - b).max()),
+        }
+        print(f"resnet50 int8 {fmt}: " + ", ".join(f"{k} {v}" for k, v in r.items()), flush=True)
+        if args.profile:
+            kinds = _layer_kinds(path)
+            em = _ember_breakdown(model, f, kinds, args.profile)
+            rt = _ort_breakdown(path, f, kinds, args.profile)
+            r["ember_profile"], r["ort_profile"] = em, rt
+            rows = [{"kind": k, "ember_ms": em["by_kind_ms"].get(k, ""), "ort_ms": rt["by_kind_ms"].get(k, "")}
+                    for k in sorted(set(em["by_kind_ms"]) | set(rt["by_kind_ms"]))]
+            rows.append({"kind": "total", "ember_ms": em["total_ms"], "ort_ms": rt["total_ms"]})
+            print(table(rows, ["kind", "ember_ms", "ort_ms"]), flush=True)
+        results[f"resnet50_int8_{fmt.lower()}"] = r
+    out = write_result("lowp_cpu_cputime", {"threads": 1, "batch": 1, "cases": results, "calls": args.calls,
+                                            "clock": "thread CPU time, alternating calls (best and median)"})
+    print(f"wrote {out}")
+    return 0
+
+
 def main() -> int:
     """Run the benchmark; returns a process exit code."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="skip ResNet-50")
     ap.add_argument("--threads", type=int, default=0, help="threads for both (default: all cores)")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="only the int8 ResNet-50s, one thread each, by thread CPU time in alternating calls; "
+                         "writes lowp_cpu_cputime.json")
+    ap.add_argument("--calls", type=int, default=30, help="--cpu-time: timed calls of each")
+    ap.add_argument("--formats", default="QDQ,QOperator", help="--cpu-time: the quantization formats")
+    ap.add_argument("--profile", type=int, default=0, metavar="RUNS",
+                    help="--cpu-time: also break both down per layer kind over RUNS profiled runs")
     args = ap.parse_args()
+    if args.cpu_time:
+        return cpu_time_main(args)
     from ember.target import Target
 
     threads = args.threads or Target("llvm").num_threads

@@ -12,7 +12,8 @@ What it adds is the graph's knowledge of *layout-agnostic* operators, which
 one:
 
 * :data:`LAYOUT_AGNOSTIC` — the elementwise operators (unary math and activations, binary and
-  variadic arithmetic, comparisons and logic, ``Clip``, ``Cast``, ``PRelu``, ``Where``);
+  variadic arithmetic, comparisons and logic, ``Clip``, ``Cast``, ``PRelu``, ``Where``, and
+  ONNX Runtime's ``QLinearAdd``, whose scales and zero points are scalars);
 * :func:`operand_role` — whether a further operand of such a node stays valid in the blocked
   layout (exactly: its shape equals the output's, or it is a scalar, or it broadcasts only along
   axes the layout does not split);
@@ -62,7 +63,10 @@ _UNARY = (
     "Relu Round Sigmoid Sign Sin Sinh Softplus Softsign Sqrt Tan Tanh IsInf Cast Identity LeakyRelu Elu Celu "
     "Selu ThresholdedRelu HardSigmoid HardSwish Shrink Swish Gelu Clip"
 )
-_NARY = "Add Sub Mul Div Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Sum Mean Max Min PRelu Where"
+_NARY = (
+    "Add Sub Mul Div Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Sum Mean Max Min PRelu Where "
+    "com.microsoft.QLinearAdd"
+)
 
 #: Operators computing each output element from the elements at the same position of their
 #: (broadcast) inputs: they run unchanged on tensors stored in any layout, provided every operand

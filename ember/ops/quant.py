@@ -29,7 +29,15 @@ from .nn import conv_pads, conv_tensor
 from .packed_lowp import packed_product, wide_copy
 from .registry import NeedValue, OpContext, register
 from .util import bcast_load, broadcast_shapes, cast, compute, dtype_of, ints, norm_axis, shape, uname
-from .vnni import channel_block, conv1x1_vnni, conv2d_vnni_nchwc, conv_lanes, has_vnni, vnni_product
+from .vnni import (
+    channel_block,
+    conv1x1_vnni,
+    conv2d_vnni_blocked,
+    conv2d_vnni_nchwc,
+    conv_lanes,
+    has_vnni,
+    vnni_product,
+)
 
 _RANGES = {
     "uint8": (0, 255),
@@ -503,27 +511,33 @@ def _known_zero(ctx: OpContext, index: int) -> bool:
 
 def _conv2d_vnni_direct(
     ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None, wzp: Tensor | None, bias: Tensor | None,
-    requant: Requant | None,
+    requant: Requant | None, in_block: int = 0, blocked_out: bool = False,
 ) -> Tensor | None:
     """The 2-D convolution (group 1) as the direct blocked convolution on ``vpdpbusd``
     (:func:`ember.ops.vnni.conv2d_vnni_nchwc`), or None where it does not apply: a target without
     VNNI, other ranks or groups, weights that are not int8 or whose zero points are not known to
     be 0 (their term would need the patch sums of the image). The image is read as unsigned
     bytes (int8 plus 128) and padded with its shifted zero point ``cx``; ``cx`` times each output
-    channel's weight sum (folded with the bias at compile time) is taken out in the store."""
+    channel's weight sum (folded with the bias at compile time) is taken out in the store.
+
+    ``in_block``: the image is channel-blocked ``[N, ceil(C / in_block), H, W, in_block]`` (0:
+    plain NCHW); ``blocked_out``: the result is left blocked ``[N, ceil(M / lanes), OH, OW,
+    lanes]`` with zero padding channels (:func:`ember.ops.vnni.conv2d_vnni_blocked`), else NCHW."""
     lanes = conv_lanes(ctx.strategy)
     sx, sw = shape(x), shape(w)
     wzp_index = 3 if ctx.op == "ConvInteger" else 5
-    if (lanes == 0 or not has_vnni(ctx.strategy) or len(sx) != 4 or int(ctx.attr("group", 1)) != 1
-            or dtype_of(w) != "int8" or (wzp is not None and not _known_zero(ctx, wzp_index))):
+    if (lanes == 0 or not has_vnni(ctx.strategy) or len(sx) != (5 if in_block else 4)
+            or int(ctx.attr("group", 1)) != 1 or dtype_of(w) != "int8" or len(sw) != 4
+            or (wzp is not None and not _known_zero(ctx, wzp_index)) or (in_block and in_block % 4)):
         return None
+    M, C, KH, KW = sw
+    xshape = (sx[0], C, sx[2], sx[3])
     ks = ints(ctx.attr("kernel_shape"))
     if ks and tuple(ks) != sw[2:]:
         raise ctx.fail(f"kernel_shape {ks} does not match the weights' shape {sw}")
     strides = ints(ctx.attr("strides")) or [1, 1]
     dil = ints(ctx.attr("dilations")) or [1, 1]
-    lo, hi = conv_pads(ctx, sx[2:], sw[2:], strides, dil)
-    M, C, KH, KW = sw
+    lo, hi = conv_pads(ctx, xshape[2:], sw[2:], strides, dil)
     i32 = "int32"
     offx = 128 if dtype_of(x) == "int8" else 0
     cx = (cast(_scalar(xzp), i32) if xzp is not None else E.const(0, i32)) + offx
@@ -536,7 +550,7 @@ def _conv2d_vnni_direct(
         wsum = compute((M,), lambda m: te.sum(cast(w[m, rc.var, rr.var, rq.var], i32), axis=[rc, rr, rq]),
                        name=uname("qconv_wsum"))
         terms.append(lambda m: E.const(0, i32) - cx * wsum[m])
-    if KH == KW == 1 and not any(lo) and not any(hi):
+    if KH == KW == 1 and not any(lo) and not any(hi) and not in_block and not blocked_out:
         # 1x1: the packed GEMM of weights x pixel panels, stored channel-major (no transposition)
         corr1 = compute((M,), lambda m: _sum_terms(terms, m), name=uname("qconv_corr"),
                         constant_layout=True) if terms else None
@@ -549,7 +563,7 @@ def _conv2d_vnni_direct(
                 return v
             return _requant_f32(ctx, v, mult1[m], requant[1], requant[2])
 
-        return conv1x1_vnni(lambda n, c, i, j: cast(x[n, c, i, j], i32) + offx, (sx[0], sx[1], sx[2], sx[3]),
+        return conv1x1_vnni(lambda n, c, i, j: cast(x[n, c, i, j], i32) + offx, xshape,
                             lambda m, c: cast(w[m, c, 0, 0], i32), M, strides, ctx.strategy, row_epilogue)
     corr = channel_block(lambda m: _sum_terms(terms, m), M, lanes, i32, "qconv_corr") if terms else None
     mult_b = channel_block(requant[0], M, lanes, "float32", "qconv_mult") if requant is not None else None
@@ -560,9 +574,23 @@ def _conv2d_vnni_direct(
             return v
         return _requant_f32(ctx, v, mult_b[mb, k], requant[1], requant[2])
 
-    return conv2d_vnni_nchwc(
-        lambda n, c, i, j: cast(x[n, c, i, j], i32) + offx, cx, (sx[0], sx[1], sx[2], sx[3]),
-        lambda m, c, r, q: cast(w[m, c, r, q], i32), (M, C, KH, KW), strides, dil, lo, hi, lanes, epilogue, "qconv")
+    def x_byte(n: Any, c: Any, i: Any, j: Any) -> E.PrimExpr:
+        return cast(x[n, c, i, j], i32) + offx
+
+    def w_byte(m: Any, c: Any, r: Any, q: Any) -> E.PrimExpr:
+        return cast(w[m, c, r, q], i32)
+
+    if not in_block and not blocked_out:
+        return conv2d_vnni_nchwc(x_byte, cx, xshape, w_byte, (M, C, KH, KW), strides, dil, lo, hi, lanes, epilogue,
+                                 "qconv")
+    xb = None
+    if in_block:
+        def xbb(n: Any, cb: Any, i: Any, j: Any, k: Any) -> E.PrimExpr:
+            return cast(x[n, cb, i, j, k], i32) + offx
+
+        xb = (xbb, in_block)
+    return conv2d_vnni_blocked(None if in_block else x_byte, xb, cx, xshape, w_byte, (M, C, KH, KW), strides, dil,
+                               lo, hi, lanes, epilogue, "qconv", zero_pad_channels=True)
 
 
 def _sum_terms(terms: list[Callable[[Any], E.PrimExpr]], m: Any) -> E.PrimExpr:
@@ -705,21 +733,13 @@ def conv_integer(ctx: OpContext, x: Tensor, w: Tensor, xzp: Tensor | None = None
     return _conv_int(ctx, x, w, xzp, wzp, None)
 
 
-@register("QLinearConv", pattern="reduce")
-def qlinear_conv(
-    ctx: OpContext,
-    x: Tensor,
-    x_scale: Tensor,
-    xzp: Tensor,
-    w: Tensor,
-    w_scale: Tensor,
-    wzp: Tensor,
-    y_scale: Tensor,
-    yzp: Tensor | None = None,
-    bias: Tensor | None = None,
-) -> Tensor:
-    """ONNX QLinearConv: the int32 convolution (plus int32 bias) requantized with
-    ``x_scale * w_scale / y_scale`` (``w_scale`` per tensor or per output channel)."""
+def _qconv_requant(
+    ctx: OpContext, x: Tensor, x_scale: Tensor, xzp: Tensor, w: Tensor, w_scale: Tensor, wzp: Tensor,
+    y_scale: Tensor, yzp: Tensor | None, bias: Tensor | None,
+) -> Requant:
+    """QLinearConv's parameter checks (an error naming the node) and its requantization:
+    ``x_scale * w_scale / y_scale`` in float32 per output channel, the y zero point, the output
+    type."""
     check_qlinear(ctx, [("x", x, x_scale, xzp), ("w", w, w_scale, wzp)], ("y", x, y_scale, yzp))
     for sc, what in ((x_scale, "x_scale"), (y_scale, "y_scale")):
         if _numel(sc) != 1:
@@ -738,7 +758,116 @@ def qlinear_conv(
         wsv = w_scale[m] if per_ch else _scalar(w_scale)
         return cast(_scalar(x_scale), f32) * cast(wsv, f32) / cast(_scalar(y_scale), f32)
 
-    return _conv_int(ctx, x, w, xzp, wzp, bias, (mult, yzp, dtype_of(yzp) if yzp is not None else dtype_of(x)))
+    return mult, yzp, dtype_of(yzp) if yzp is not None else dtype_of(x)
+
+
+@register("QLinearConv", pattern="reduce")
+def qlinear_conv(
+    ctx: OpContext,
+    x: Tensor,
+    x_scale: Tensor,
+    xzp: Tensor,
+    w: Tensor,
+    w_scale: Tensor,
+    wzp: Tensor,
+    y_scale: Tensor,
+    yzp: Tensor | None = None,
+    bias: Tensor | None = None,
+) -> Tensor:
+    """ONNX QLinearConv: the int32 convolution (plus int32 bias) requantized with
+    ``x_scale * w_scale / y_scale`` (``w_scale`` per tensor or per output channel)."""
+    requant = _qconv_requant(ctx, x, x_scale, xzp, w, w_scale, wzp, y_scale, yzp, bias)
+    return _conv_int(ctx, x, w, xzp, wzp, bias, requant)
+
+
+#: QLinearConv on channel-blocked uint8/int8 tensors (:func:`qlinear_conv_nchwc`), what the CPU
+#: layout policy puts in place of a QLinearConv on a VNNI target (:func:`qconv_layouts`).
+QCONV_NCHWC = "ember.QLinearConvNCHWc"
+
+
+@register(QCONV_NCHWC, pattern="reduce")
+def qlinear_conv_nchwc(
+    ctx: OpContext,
+    x: Tensor,
+    x_scale: Tensor,
+    xzp: Tensor,
+    w: Tensor,
+    w_scale: Tensor,
+    wzp: Tensor,
+    y_scale: Tensor,
+    yzp: Tensor | None = None,
+    bias: Tensor | None = None,
+) -> Tensor:
+    """``ember.QLinearConvNCHWc``: ONNX QLinearConv (2-D, group 1; the same inputs and attributes)
+    reading X blocked ``[N, ceil(C / b), H, W, b]`` (``b`` a multiple of 4) or plain ``[N, C, H,
+    W]``, and writing Y blocked ``[N, ceil(M / block), OH, OW, block]`` (attribute ``block``),
+    its padding channels zero. On VNNI with int8 weights whose zero points are 0 it is the direct
+    convolution of :func:`ember.ops.vnni.conv2d_vnni_blocked`, reading the blocked bytes where
+    they lie and storing the requantized block as it is (no transposition on either side); any
+    other case computes QLinearConv on the plain tensors and blocks the result."""
+    requant = _qconv_requant(ctx, x, x_scale, xzp, w, w_scale, wzp, y_scale, yzp, bias)
+    sx, sw = shape(x), shape(w)
+    block = int(ctx.attr("block", 0))
+    if len(sw) != 4 or len(sx) not in (4, 5) or block < 1:
+        raise ctx.fail(f"X {sx} must be [N, C, H, W] or blocked [N, CB, H, W, b], W {sw} [M, C, KH, KW], "
+                       f"and the attribute block >= 1 (got {block})")
+    M, C = sw[0], sw[1]
+    in_block = sx[4] if len(sx) == 5 else 0
+    if in_block and sx[1] != -(-C // in_block):
+        raise ctx.fail(f"X {sx} holds {sx[1]} blocks of {in_block} channels; the weights {sw} read {C} channels")
+    if not in_block and sx[1] != C:
+        raise ctx.fail(f"X {sx} has {sx[1]} channels; the weights {sw} read {C}")
+    if block == conv_lanes(ctx.strategy):
+        direct = _conv2d_vnni_direct(ctx, x, w, xzp, wzp, bias, requant, in_block, blocked_out=True)
+        if direct is not None:
+            return direct
+    xp = x
+    if in_block:
+        xp = compute((sx[0], C, sx[2], sx[3]), lambda n, c, i, j: x[n, E.floordiv(c, in_block), i, j,
+                                                                   E.floormod(c, in_block)], name=uname("qconv_x"))
+    y = _conv_int(ctx, xp, w, xzp, wzp, bias, requant)
+    sy = shape(y)
+    zero = E.const(0, dtype_of(y))
+
+    def blocked(n: Any, o: Any, i: Any, j: Any, k: Any) -> E.PrimExpr:
+        m = o * block + k
+        return te.if_then_else(m < M, y[n, E.min_expr(m, M - 1), i, j], zero)
+
+    return compute((sy[0], -(-M // block), sy[2], sy[3], block), blocked, name=uname("qconv_blocked"))
+
+
+def qconv_layouts(site: Any, block: int) -> Any:
+    """Where the CPU layout policy (:class:`ember.strategy.cpu_layout.CPULayoutPolicy`) runs an
+    int8 node on a target whose ``vpdpbusd`` has ``block`` int32 lanes (0: none, nothing is
+    placed): a 2-D ``QLinearConv`` (group 1, constant int8 weights, uint8/int8 activations) as
+    ``ember.QLinearConvNCHWc`` writing ``NCHW{block}c`` and reading it (plain NCHW where the
+    input has fewer than ``block`` channels and not a multiple of 4 of them: an image's 3), and an
+    ``ember.IntMaxPool`` as ``ember.MaxPoolNCHWc`` on ``NCHW{block}c``, so the activations of an
+    int8 network stay blocked from convolution to convolution (a residual ``QLinearAdd`` between
+    them runs blocked too, as a layout-agnostic node). A ``NodeLayouts``, or None."""
+    from .conv_nchwc import MAXPOOL_NCHWC
+    from .layout_transform import NodeLayouts, ValueLayout
+
+    if block < 4:
+        return None
+    vl = ValueLayout.of("NCHW", f"NCHW{block}c")
+    if site.op == INT_MAXPOOL:
+        x = site.inputs[0] if site.inputs else None
+        if x is None or len(x.shape) != 4 or x.dtype not in ("uint8", "int8") or len(site.outputs) != 1:
+            return None
+        return NodeLayouts([vl], [vl], op=MAXPOOL_NCHWC, attrs=dict(site.attrs))
+    if site.op != "QLinearConv" or len(site.inputs) < 8 or len(site.outputs) != 1:
+        return None
+    x, w = site.inputs[0], site.inputs[3]
+    y = site.outputs[0]
+    if (x is None or w is None or not w.constant or w.dtype != "int8" or len(x.shape) != 4 or len(w.shape) != 4
+            or x.dtype not in ("uint8", "int8") or y.dtype not in ("uint8", "int8") or len(y.shape) != 4
+            or int(site.attrs.get("group", 1)) != 1):
+        return None
+    c = x.shape[1]
+    xin = vl if c % block == 0 or (c > block and c % 4 == 0) else None
+    ins = [xin] + [None] * (len(site.inputs) - 1)
+    return NodeLayouts(ins, [vl], op=QCONV_NCHWC, attrs=dict(site.attrs, block=block))
 
 
 # -- com.microsoft quantized operators (what onnxruntime.quantization writes in QOperator format) --

@@ -31,7 +31,7 @@ from ..ir import expr as E
 from ..te import Tensor
 from .layout import CPULayout, Layout
 from .packed_lowp import batch_index, pack_panels
-from .util import cast, compute, uname
+from .util import cast, compute, shape, uname
 
 #: ``au(batch_index, m, k)``: the left operand as an unsigned byte value (int32 in [0, 255]).
 AByte = Callable[[tuple[Any, ...], Any, Any], E.PrimExpr]
@@ -196,57 +196,152 @@ def conv2d_vnni_nchwc(
     saturation) and includes the padding taps: the caller takes ``pad_byte`` times the weights'
     sums out in its epilogue where ``pad_byte`` is not the operand's zero."""
     N, C, H, W = xshape
+    M = wshape[0]
+    out = conv2d_vnni_blocked(x_byte, None, pad_byte, xshape, w_byte, wshape, strides, dil, lo, hi, lanes, epilogue,
+                              name)
+    yb = compute(shape(out), lambda *i: out[i], name=uname(name + "_store"), materialize=True, workspace=True)
+    return compute((N, M) + shape(yb)[2:4], lambda n, m, i, j: yb[n, E.floordiv(m, lanes), i, j,
+                                                                     E.floormod(m, lanes)], name=uname(name))
+
+
+#: ``x_blocked(n, cb, h, w, i)``: byte ``i`` of channel block ``cb`` of a channel-blocked image
+#: ``[N, CB, H, W, b]`` as an unsigned byte value (int32 in [0, 255]), at a point inside it.
+XBlockedByte = Callable[[Any, Any, Any, Any, Any], E.PrimExpr]
+
+
+def _word_of(byte: Callable[[int], E.PrimExpr]) -> E.PrimExpr:
+    """The uint32 word of the 4 unsigned byte values ``byte(j)`` (low byte first): shifts and
+    adds of zero-extended bytes, which LLVM reads as one 32-bit load where the bytes are
+    consecutive in memory."""
+    w: E.PrimExpr = E.const(0, "uint32")
+    for j in range(4):
+        v = cast(cast(byte(j), "uint8"), "uint32")
+        w = w + (v * (1 << (8 * j)) if j else v)
+    return w
+
+
+def conv2d_vnni_blocked(
+    x_byte: XByte | None,
+    x_blocked: tuple[XBlockedByte, int] | None,
+    pad_byte: E.PrimExpr,
+    xshape: tuple[int, int, int, int],
+    w_byte: WByte,
+    wshape: tuple[int, int, int, int],
+    strides: list[int],
+    dil: list[int],
+    lo: list[int],
+    hi: list[int],
+    lanes: int,
+    epilogue: Epilogue,
+    name: str = "qconv",
+    zero_pad_channels: bool = False,
+) -> Tensor:
+    """The convolution of :func:`conv2d_vnni_nchwc` with its result left channel-blocked:
+    ``[N, ceil(M / lanes), OH, OW, lanes]`` of ``epilogue``'s type, a plain (not materialized)
+    stage reading the register block's sums, so a consumer fused after it (a residual
+    ``QLinearAdd``) runs in the same store. With ``zero_pad_channels`` the channels past ``M``
+    are exactly zero (the invariant of a blocked tensor), else ``epilogue``'s value there.
+
+    The image is read either as ``x_byte`` (a plain ``[N, C, H, W]`` image, ``xshape``: its
+    words of 4 channels copied into a padded workspace, as :func:`conv2d_vnni_nchwc`) or as
+    ``x_blocked = (byte, b)``: a channel-blocked image ``[N, ceil(C / b), H, W, b]`` (``b`` a
+    multiple of 4, ``xshape`` still ``(N, C, H, W)``) whose words are read where they lie, 4
+    consecutive bytes of a block (no copy), or, with spatial padding, from a padded copy of the
+    bytes (``pad_byte`` in the padding). The channels past ``C`` in the image's last block are
+    multiplied by zero weights, so their bytes do not matter."""
+    N, C, H, W = xshape
     M, C2, KH, KW = wshape
     assert C == C2, (xshape, wshape)
     OH = (H + lo[0] + hi[0] - ((KH - 1) * dil[0] + 1)) // strides[0] + 1
     OW = (W + lo[1] + hi[1] - ((KW - 1) * dil[1] + 1)) // strides[1] + 1
-    CB, MB = -(-C // 4), -(-M // lanes)
+    MB = -(-M // lanes)
     Hp, Wp = H + lo[0] + hi[0], W + lo[1] + hi[1]
     u32 = "uint32"
+    padded = any(lo) or any(hi)
 
-    def xword(n: Any, cb: Any, i: Any, j: Any, _u: Any) -> E.PrimExpr:
-        ih, iw = i - lo[0], j - lo[1]
-        inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        ihc, iwc = E.max_expr(E.min_expr(ih, H - 1), 0), E.max_expr(E.min_expr(iw, W - 1), 0)
-        w: E.PrimExpr = E.const(0, u32)
-        for b in range(4):
-            c = cb * 4 + b
-            v = te.if_then_else(inside, x_byte(n, E.min_expr(c, C - 1), ihc, iwc), pad_byte)
-            v = te.if_then_else(c < C, cast(cast(v, "uint8"), u32), E.const(0, u32))
-            w = w + (v * (1 << (8 * b)) if b else v)
-        return w
+    if x_blocked is None:
+        assert x_byte is not None
+        CB, RI = -(-C // 4), 1
 
-    xw = compute((N, CB, Hp, Wp, 1), xword, name=uname(name + "_xwords"), materialize=True, workspace=True)
+        def xword(n: Any, cb: Any, i: Any, j: Any, _u: Any) -> E.PrimExpr:
+            ih, iw = i - lo[0], j - lo[1]
+            inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            ihc, iwc = E.max_expr(E.min_expr(ih, H - 1), 0), E.max_expr(E.min_expr(iw, W - 1), 0)
+            w: E.PrimExpr = E.const(0, u32)
+            for b in range(4):
+                c = cb * 4 + b
+                v = te.if_then_else(inside, x_byte(n, E.min_expr(c, C - 1), ihc, iwc), pad_byte)
+                v = te.if_then_else(c < C, cast(cast(v, "uint8"), u32), E.const(0, u32))
+                w = w + (v * (1 << (8 * b)) if b else v)
+            return w
 
-    def wword(mb: Any, cb: Any, r: Any, q: Any, _u: Any, k: Any) -> E.PrimExpr:
+        xw = compute((N, CB, Hp, Wp, 1), xword, name=uname(name + "_xwords"), materialize=True, workspace=True)
+
+        def read(n: Any, cb: Any, i: Any, j: Any, ri: Any) -> E.PrimExpr:
+            return xw[n, cb, i, j, ri]
+
+        def channel(cb: Any, ri: Any, b: int) -> Any:
+            return cb * 4 + b
+    else:
+        xb, blk = x_blocked
+        assert blk % 4 == 0, blk
+        CB, RI = -(-C // blk), blk // 4
+        src: Callable[[Any, Any, Any, Any, Any], E.PrimExpr] = xb
+        if padded:
+            # the image's unsigned bytes with the padding (pad_byte) around them, one pass that
+            # vectorizes along the block: an arithmetic select (no branch around the read)
+            def pbody(n: Any, cb: Any, i: Any, j: Any, k: Any) -> E.PrimExpr:
+                ih, iw = i - lo[0], j - lo[1]
+                inside = cast((ih >= 0) & (ih < H) & (iw >= 0) & (iw < W), "int32")
+                v = xb(n, cb, E.max_expr(E.min_expr(ih, H - 1), 0), E.max_expr(E.min_expr(iw, W - 1), 0), k)
+                return cast((v - pad_byte) * inside + pad_byte, "uint8")
+
+            # tagged as a blocked convolution's padded input: parallel over rows, the block in lanes
+            xp = compute((N, CB, Hp, Wp, blk), pbody, name=uname(name + "_xpad"), tag="nchwc_pad", materialize=True,
+                         workspace=True)
+
+            def src(n: Any, cb: Any, i: Any, j: Any, k: Any) -> E.PrimExpr:
+                return cast(xp[n, cb, i, j, k], "int32")
+
+        def read(n: Any, cb: Any, i: Any, j: Any, ri: Any) -> E.PrimExpr:
+            return _word_of(lambda b: src(n, cb, i, j, ri * 4 + b))
+
+        def channel(cb: Any, ri: Any, b: int) -> Any:
+            return cb * blk + ri * 4 + b
+
+    def wword(mb: Any, cb: Any, r: Any, q: Any, ri: Any, k: Any) -> E.PrimExpr:
         m = mb * lanes + k
         w: E.PrimExpr = E.const(0, u32)
         for b in range(4):
-            c = cb * 4 + b
+            c = channel(cb, ri, b)
             v = cast(cast(w_byte(E.min_expr(m, M - 1), E.min_expr(c, C - 1), r, q), "uint8"), u32)
             v = te.if_then_else((c < C) & (m < M), v, E.const(0, u32))
             w = w + (v * (1 << (8 * b)) if b else v)
         return w
 
-    ww = compute((MB, CB, KH, KW, 1, lanes), wword, name=uname(name + "_wwords"), constant_layout=True,
+    ww = compute((MB, CB, KH, KW, RI, lanes), wword, name=uname(name + "_wwords"), constant_layout=True,
                  workspace=True)
     rc = te.reduce_axis((0, CB), name="rc")
     rr = te.reduce_axis((0, KH), name="rr")
     rq = te.reduce_axis((0, KW), name="rq")
-    ri = te.reduce_axis((0, 1), name="ri")
+    ri = te.reduce_axis((0, RI), name="ri")
     zero = E.const(0, "int32")
 
     def body(n: Any, o: Any, i: Any, j: Any, k: Any) -> E.PrimExpr:
-        xv = xw[n, rc.var, i * strides[0] + rr.var * dil[0], j * strides[1] + rq.var * dil[1], ri.var]
+        xv = read(n, rc.var, i * strides[0] + rr.var * dil[0], j * strides[1] + rq.var * dil[1], ri.var)
         wv = ww[o, rc.var, rr.var, rq.var, ri.var, k]
         return te.sum(E.Call(zero.dtype, OP, (zero, xv, wv)), axis=[rc, rr, rq, ri])
 
     attrs = {"strides": list(strides), "dilations": list(dil), "pads": (list(lo), list(hi))}
     acc = compute((N, MB, OH, OW, lanes), body, name=uname(name + "_acc"), tag="conv_nchwc", attrs=attrs)
-    yb = compute((N, MB, OH, OW, lanes), lambda n, o, i, j, k: epilogue(acc[n, o, i, j, k], o, k),
-                 name=uname(name + "_store"), materialize=True, workspace=True)
-    return compute((N, M, OH, OW), lambda n, m, i, j: yb[n, E.floordiv(m, lanes), i, j, E.floormod(m, lanes)],
-                   name=uname(name))
+
+    def store(n: Any, o: Any, i: Any, j: Any, k: Any) -> E.PrimExpr:
+        v = epilogue(acc[n, o, i, j, k], o, k)
+        if zero_pad_channels and M % lanes:
+            v = te.if_then_else(o * lanes + k < M, v, E.const(0, v.dtype))
+        return v
+
+    return compute((N, MB, OH, OW, lanes), store, name=uname(name + "_out"))
 
 
 #: ``epilogue(acc, m)``: the output value of channel ``m`` from its int32 sum.

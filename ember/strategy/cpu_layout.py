@@ -24,6 +24,11 @@ channels (56x56, 28x28) F(4,3) is still 1.1-1.8x faster, so the threshold is one
 up to ``WINOGRAD_ROW_BY_ROW_BYTES`` (1 MiB) run row by row (``fused``), larger ones every tile
 of a point at once (the weights are then read once).
 
+On a target with VNNI, a ``QLinearConv`` with int8 weights runs as ``ember.QLinearConvNCHWc`` and
+an ``ember.IntMaxPool`` as ``ember.MaxPoolNCHWc``, on ``NCHW{lanes}c`` bytes (``lanes`` the int32
+lanes of ``vpdpbusd``; :func:`ember.ops.quant.qconv_layouts`): an int8 network's activations stay
+blocked between its convolutions.
+
 A global average or max pooling (a classifier's head) reads the blocked tensor too
 (``ember.GlobalPoolNCHWc``), so only the pooled vector is converted back.
 
@@ -36,9 +41,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..backends.cpu.dot4 import vnni_width
 from ..ops.conv_nchwc import CONV_NCHWC, DEPTHWISE_NCHWC, GLOBAL_POOL_NCHWC, MAXPOOL_NCHWC
 from ..ops.layout import CPULayout
 from ..ops.layout_transform import LayoutSite, NodeLayouts, ValueLayout
+from ..ops.quant import INT_MAXPOOL, qconv_layouts
 from ..ops.winograd_nchwc import WINOGRAD_NCHWC
 from ..target import Target
 from .cpu_winograd import row_tile_rows, winograd_tile_rows
@@ -116,6 +123,9 @@ class CPULayoutPolicy:
         """``NodeLayouts`` placing a float32 2-D Conv with constant weights (``group == 1``, or
         depthwise with one filter per channel) and a float32 4-D global average or max pooling
         in ``NCHW{x}c``; None for every other node."""
+        if site.op in ("QLinearConv", INT_MAXPOOL):
+            # int8 networks on VNNI: the convolutions read and write NCHW{lanes}c bytes
+            return qconv_layouts(site, vnni_width(self.target))
         if site.op in ("GlobalAveragePool", "GlobalMaxPool"):
             x = site.inputs[0] if site.inputs else None
             if x is None or len(x.shape) != 4 or x.dtype != "float32":
