@@ -86,11 +86,12 @@ def build(
     return build_functions(funcs, tgt, use_cache, cache_dir, jobs)
 
 
-def optimize(graph: Graph, progress: Any = None) -> Graph:
+def optimize(graph: Graph, progress: Any = None, target: str | Target | None = None) -> Graph:
     """The graph passes (:func:`~ember.graph.passes.default_graph_pipeline`: inference with
-    constant folding, simplification, dead-code elimination), run under the current
+    constant folding, simplification, dead-code elimination; for a CPU ``target``, attention
+    chains as one operator), run under the current
     :class:`~ember.transform.PassContext` (opt level, disabled passes, IR dumps, timing)."""
-    return default_graph_pipeline(progress)(graph)
+    return default_graph_pipeline(progress, target)(graph)
 
 
 def compile_graph(graph: Graph, target: str | Target = "llvm", fuse_ops: bool = True, verbose: bool = False,
@@ -134,10 +135,10 @@ def _compile_graph(graph: Graph, target: str | Target, fuse_ops: bool, verbose: 
     """:func:`compile_graph` with the collector paused."""
     tgt = backend_for(target).resolve(Target(target))
     progress = Progress(delay=0.0 if verbose else 1.0)
-    g = optimize(graph, progress)
+    g = optimize(graph, progress, tgt)
     policy = strategy_for(tgt).layout_policy()
     if policy is not None:  # the target's layouts, then folding of the transformed constants
-        g = optimize(AlterLayout(policy)(g), progress)
+        g = optimize(AlterLayout(policy)(g), progress, tgt)
     groups = Fuse(enabled=fuse_ops)(g).groups
     ahead = _AheadStarter(tgt, jobs)
     try:

@@ -24,7 +24,9 @@ from ..ops.registry import NeedValue, OpContext, call, lookup
 from ..ops.util import shape as te_shape
 from ..ops.util import uname
 from ..strategy.base import Strategy
+from ..target import Target
 from ..transform import Pass, PassContext, Sequential
+from .attention_fusion import FuseAttention
 from .cse import EliminateCommonSubexpressions
 from .ir import STRING, Graph, Node, TensorInfo
 from .qdq_fusion import FuseQDQ
@@ -530,13 +532,17 @@ class Fuse(Pass):
         return FusedGraph(g, fuse(g, enabled=False))
 
 
-def default_graph_pipeline(progress: Callable[[str], None] | None = None) -> Sequential:
+def default_graph_pipeline(progress: Callable[[str], None] | None = None,
+                           target: str | Target | None = None) -> Sequential:
     """The graph optimization of a model compile, as a :class:`~ember.transform.Sequential` named
     ``OptimizeGraph``: :class:`~ember.graph.qdq_fusion.FuseQDQ` (QDQ groups as integer operators,
     before folding dequantizes the weights), :class:`InferAndFold` (``progress`` is told about each folded node),
     :class:`~ember.graph.recurrent.ExpandRecurrent` (LSTM/GRU/RNN as GEMM steps), :class:`Simplify`,
-    :class:`~ember.graph.cse.EliminateCommonSubexpressions`, :class:`DeadCodeElimination`. Run it as
-    ``default_graph_pipeline(p)(graph)``;
-    the result is what ``optimize(graph, p)`` gave."""
+    :class:`~ember.graph.cse.EliminateCommonSubexpressions`,
+    :class:`~ember.graph.attention_fusion.FuseAttention` (exported attention as one operator; only
+    for a CPU ``target``: not there without one), :class:`DeadCodeElimination`. Run it as
+    ``default_graph_pipeline(p, target)(graph)``;
+    the result is what ``optimize(graph, p, target)`` gave."""
+    attention = [FuseAttention(target)] if target is not None and not Target(target).is_gpu else []
     return Sequential([FuseQDQ(), InferAndFold(progress=progress), ExpandRecurrent(), Simplify(),
-                       EliminateCommonSubexpressions(), DeadCodeElimination()], name="OptimizeGraph")
+                       EliminateCommonSubexpressions(), *attention, DeadCodeElimination()], name="OptimizeGraph")

@@ -361,10 +361,10 @@ class _Sized:
 # -- probing -------------------------------------------------------------------------------------
 def _probe(graph_at: GraphAt, symbols: list[str], sizes: tuple[int, ...], strategy: Strategy) -> _Probe:
     """The graph at ``sizes``, optimised and laid out for ``strategy`` (no kernels yet)."""
-    g = default_graph_pipeline(None)(graph_at(dict(zip(symbols, sizes))))
+    g = default_graph_pipeline(None, strategy.target)(graph_at(dict(zip(symbols, sizes))))
     policy = strategy.layout_policy()
     if policy is not None:
-        g = default_graph_pipeline(None)(AlterLayout(policy)(g))
+        g = default_graph_pipeline(None, strategy.target)(AlterLayout(policy)(g))
     return _Probe(sizes, g, [], [], dict(g.values), dict(g.consts))
 
 

@@ -168,6 +168,7 @@ def _load_all() -> None:
             conv_nchwc,
             detection,
             elemwise,
+            fused_attention,
             image,
             layout_transform,
             linalg,

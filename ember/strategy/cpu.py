@@ -16,11 +16,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import te
+from ..ops.fused_attention import is_fused_attention
 from ..ops.layout import CPULayout
 from ..target import Target
 from ..te import ComputeOp, PlaceholderOp, Tensor
 from ..te.tensor import IterKind
 from .base import Strategy, extent
+from .cpu_attention import schedule_fused_attention
 from .cpu_conv import (
     NCHWC_TAGS,
     conv_nchwc_space,
@@ -156,6 +158,9 @@ def schedule_group(
         if not op.is_reduction and not op.materialize and op.name not in keep:
             stage.compute_inline()
     handled: set[int] = set()
+    for stage in list(s.stages):  # fused attentions first: they place their inner stages
+        if is_fused_attention(stage.op) and stage.attach == "root":
+            schedule_fused_attention(s, stage, strategy, handled, parallel)
     for stage in list(s.stages):
         op = stage.op
         if isinstance(op, PlaceholderOp) or stage.attach == "inline" or id(op) in handled:

@@ -168,10 +168,10 @@ def extract_tasks(model: Any, target: str | Target, input_shapes: dict[str, Sequ
 
     tgt = backend_for(target).resolve(Target(target))
     graph = load_graph(model, input_shapes)
-    g = default_graph_pipeline(None)(graph)
+    g = default_graph_pipeline(None, tgt)(graph)
     policy = strategy_for(tgt).layout_policy()
     if policy is not None:  # as the model compiler does: the target's layouts, then folding again
-        g = default_graph_pipeline(None)(AlterLayout(policy)(g))
+        g = default_graph_pipeline(None, tgt)(AlterLayout(policy)(g))
     groups = Fuse(enabled=fuse)(g).groups
     collector = _Collector(str(tgt))
     try:
