@@ -230,6 +230,7 @@ def _features_of_cpu(mcpu: str) -> set[str]:
         "sapphirerapids": {"avx", "avx2", "fma", "avx512f"},
         "znver3": {"avx", "avx2", "fma"},
         "znver4": {"avx", "avx2", "fma", "avx512f"},
+        "znver5": {"avx", "avx2", "fma", "avx512f"},
     }
     return set(base.get(mcpu, set()))
 
