@@ -785,7 +785,7 @@ def qlinear_conv(
 QCONV_NCHWC = "ember.QLinearConvNCHWc"
 
 
-@register(QCONV_NCHWC, pattern="reduce")
+@register(QCONV_NCHWC, pattern="heavy")
 def qlinear_conv_nchwc(
     ctx: OpContext,
     x: Tensor,
@@ -804,7 +804,9 @@ def qlinear_conv_nchwc(
     its padding channels zero. On VNNI with int8 weights whose zero points are 0 it is the direct
     convolution of :func:`ember.ops.vnni.conv2d_vnni_blocked`, reading the blocked bytes where
     they lie and storing the requantized block as it is (no transposition on either side); any
-    other case computes QLinearConv on the plain tensors and blocks the result."""
+    other case computes QLinearConv on the plain tensors and blocks the result. A product
+    ("heavy"): it takes epilogues only, never its producer inlined (a layout transform inlined
+    into the blocked reads of the image would gather every word byte by byte: 7x slower)."""
     requant = _qconv_requant(ctx, x, x_scale, xzp, w, w_scale, wzp, y_scale, yzp, bias)
     sx, sw = shape(x), shape(w)
     block = int(ctx.attr("block", 0))
@@ -842,15 +844,24 @@ def qconv_layouts(site: Any, block: int) -> Any:
     placed): a 2-D ``QLinearConv`` (group 1, constant int8 weights, uint8/int8 activations) as
     ``ember.QLinearConvNCHWc`` writing ``NCHW{block}c`` and reading it (plain NCHW where the
     input has fewer than ``block`` channels and not a multiple of 4 of them: an image's 3), and an
-    ``ember.IntMaxPool`` as ``ember.MaxPoolNCHWc`` on ``NCHW{block}c``, so the activations of an
-    int8 network stay blocked from convolution to convolution (a residual ``QLinearAdd`` between
-    them runs blocked too, as a layout-agnostic node). A ``NodeLayouts``, or None."""
+    ``ember.IntMaxPool`` as ``ember.MaxPoolNCHWc`` and a ``QLinearGlobalAveragePool`` (NCHW) as
+    ``ember.QLinearGlobalAveragePoolNCHWc`` on ``NCHW{block}c``, so the activations of an int8
+    network stay blocked from convolution to convolution and into its pooled head (a residual
+    ``QLinearAdd`` between them runs blocked too, as a layout-agnostic node). A ``NodeLayouts``,
+    or None."""
     from .conv_nchwc import MAXPOOL_NCHWC
     from .layout_transform import NodeLayouts, ValueLayout
 
     if block < 4:
         return None
     vl = ValueLayout.of("NCHW", f"NCHW{block}c")
+    if site.op == "com.microsoft.QLinearGlobalAveragePool":
+        x = site.inputs[0] if site.inputs else None
+        if (x is None or len(x.shape) != 4 or x.dtype not in ("uint8", "int8") or len(site.outputs) != 1
+                or int(site.attrs.get("channels_last", 0))):
+            return None
+        return NodeLayouts([vl] + [None] * (len(site.inputs) - 1), [vl], op=QGAP_NCHWC,
+                           attrs={"channels": x.shape[1]})
     if site.op == INT_MAXPOOL:
         x = site.inputs[0] if site.inputs else None
         if x is None or len(x.shape) != 4 or x.dtype not in ("uint8", "int8") or len(site.outputs) != 1:
@@ -980,6 +991,46 @@ def qlinear_global_average_pool(
     mult = cast(_scalar(x_scale), "float32") / cast(n, "float32")
     return compute(out, lambda *i: _quantize_f32(ctx, cast(acc[i], "float32") * mult, y_scale, yzp, odt),
                    name=uname("qgap"))
+
+
+#: QLinearGlobalAveragePool of a channel-blocked image (:func:`qlinear_global_average_pool_nchwc`).
+QGAP_NCHWC = "ember.QLinearGlobalAveragePoolNCHWc"
+
+
+@register(QGAP_NCHWC, pattern="reduce")
+def qlinear_global_average_pool_nchwc(
+    ctx: OpContext, x: Tensor, x_scale: Tensor, xzp: Tensor | None, y_scale: Tensor, yzp: Tensor | None = None
+) -> Tensor:
+    """``ember.QLinearGlobalAveragePoolNCHWc``: com.microsoft QLinearGlobalAveragePool (NCHW) of X
+    blocked ``[N, CB, H, W, b]``, Y blocked ``[N, CB, 1, 1, b]``: the same sums and quantization
+    as :func:`qlinear_global_average_pool`, the channels past attribute ``channels`` zero (the
+    invariant of a blocked tensor), so a network's last convolution stores blocked and only the
+    pooled vector is converted back."""
+    check_qlinear(ctx, [("x", x, x_scale, xzp)], ("y", x, y_scale, yzp), per_tensor=("x", "y"))
+    xs = shape(x)
+    channels = int(ctx.attr("channels", 0))
+    if len(xs) != 5 or not (xs[1] - 1) * xs[4] < channels <= xs[1] * xs[4]:
+        raise ctx.fail(f"X {xs} must be a blocked image [N, CB, H, W, b] holding the {channels} channels of "
+                       "attribute channels")
+    rh, rw = te.reduce_axis((0, xs[2]), name="rh"), te.reduce_axis((0, xs[3]), name="rw")
+
+    def total(n: Any, cb: Any, i: Any, j: Any, k: Any) -> E.PrimExpr:
+        v = cast(x[n, cb, rh.var, rw.var, k], "int32")
+        if xzp is not None:
+            v = v - cast(_scalar(xzp), "int32")
+        return te.sum(v, axis=[rh, rw])
+
+    acc = compute((xs[0], xs[1], 1, 1, xs[4]), total, name=uname("qgap_sum_nchwc"))
+    odt = dtype_of(yzp) if yzp is not None else dtype_of(x)
+    mult = cast(_scalar(x_scale), "float32") / cast(xs[2] * xs[3], "float32")
+
+    def body(n: Any, cb: Any, i: Any, j: Any, k: Any) -> E.PrimExpr:
+        q = _quantize_f32(ctx, cast(acc[n, cb, i, j, k], "float32") * mult, y_scale, yzp, odt)
+        if channels % xs[4]:
+            q = te.if_then_else(cb * xs[4] + k < channels, q, E.const(0, odt))
+        return q
+
+    return compute(shape(acc), body, name=uname("qgap_nchwc"))
 
 
 @register("com.microsoft.QGemm", pattern="heavy")

@@ -24,8 +24,9 @@ channels (56x56, 28x28) F(4,3) is still 1.1-1.8x faster, so the threshold is one
 up to ``WINOGRAD_ROW_BY_ROW_BYTES`` (1 MiB) run row by row (``fused``), larger ones every tile
 of a point at once (the weights are then read once).
 
-On a target with VNNI, a ``QLinearConv`` with int8 weights runs as ``ember.QLinearConvNCHWc`` and
-an ``ember.IntMaxPool`` as ``ember.MaxPoolNCHWc``, on ``NCHW{lanes}c`` bytes (``lanes`` the int32
+On a target with VNNI, a ``QLinearConv`` with int8 weights runs as ``ember.QLinearConvNCHWc``, an
+``ember.IntMaxPool`` as ``ember.MaxPoolNCHWc`` and a ``QLinearGlobalAveragePool`` as
+``ember.QLinearGlobalAveragePoolNCHWc``, on ``NCHW{lanes}c`` bytes (``lanes`` the int32
 lanes of ``vpdpbusd``; :func:`ember.ops.quant.qconv_layouts`): an int8 network's activations stay
 blocked between its convolutions.
 
@@ -123,7 +124,7 @@ class CPULayoutPolicy:
         """``NodeLayouts`` placing a float32 2-D Conv with constant weights (``group == 1``, or
         depthwise with one filter per channel) and a float32 4-D global average or max pooling
         in ``NCHW{x}c``; None for every other node."""
-        if site.op in ("QLinearConv", INT_MAXPOOL):
+        if site.op in ("QLinearConv", INT_MAXPOOL, "com.microsoft.QLinearGlobalAveragePool"):
             # int8 networks on VNNI: the convolutions read and write NCHW{lanes}c bytes
             return qconv_layouts(site, vnni_width(self.target))
         if site.op in ("GlobalAveragePool", "GlobalMaxPool"):

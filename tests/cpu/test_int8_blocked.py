@@ -108,6 +108,38 @@ def test_blocked_chain_matches_plain_and_onnxruntime(xdt: str, wz_nonzero: bool)
     np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.skipif(not _VNNI, reason="the host has no VNNI: nothing is placed")
+@pytest.mark.parametrize("m", [32, 33])
+def test_blocked_head_pools_the_blocked_bytes(m: int) -> None:
+    """QLinearConv -> QLinearGlobalAveragePool (ember.QLinearGlobalAveragePoolNCHWc on the
+    blocked bytes; 33 channels: a padded block) -> Flatten, against the plain compile and ONNX
+    Runtime, exactly."""
+    rng = np.random.default_rng(m)
+    consts = {"sx": np.array(0.05, np.float32), "zx": np.array(3, np.uint8),
+              "w": rng.integers(-128, 128, (m, 16, 3, 3)).astype(np.int8),
+              "sw": (rng.random(m) * 0.01 + 0.002).astype(np.float32), "zw": np.zeros(m, np.int8),
+              "sy": np.array(0.4, np.float32), "zy": np.array(11, np.uint8),
+              "sg": np.array(0.1, np.float32), "zg": np.array(5, np.uint8)}
+    nodes = [oh.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"], ["c"], pads=[1, 1, 1, 1]),
+             oh.make_node("QLinearGlobalAveragePool", ["c", "sy", "zy", "sg", "zg"], ["g"], domain="com.microsoft"),
+             oh.make_node("Flatten", ["g"], ["Y"])]
+    g = oh.make_graph(nodes, "head", [oh.make_tensor_value_info("x", TP.UINT8, [1, 16, 9, 7])],
+                      [oh.make_tensor_value_info("Y", TP.UINT8, None)],
+                      [nh.from_array(v, k) for k, v in consts.items()])
+    model = oh.make_model(g, opset_imports=[oh.make_opsetid("", 21), oh.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    x = rng.integers(0, 256, (1, 16, 9, 7)).astype(np.uint8)
+    blocked = ember.compile(model, use_cache=False)
+    assert any("qlineargloba" in f for f in _funcs(blocked)), _funcs(blocked)
+    with PassContext(disabled_passes=["AlterLayout"]):
+        plain = ember.compile(model, use_cache=False)
+    got = np.asarray(blocked(x=x)[0])
+    np.testing.assert_array_equal(got, np.asarray(plain(x=x)[0]))
+    ort = pytest.importorskip("onnxruntime")
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, ref)
+
+
 def _site(op: str, c: int, m: int = 32, const: bool = True, wdt: str = "int8") -> LayoutSite:
     x = SiteValue("x", (1, c, 9, 9), "uint8")
     s, z = SiteValue("s", (), "float32", True), SiteValue("z", (), "uint8", True)
