@@ -7,7 +7,9 @@ timed in alternating rounds in one process (``common.interleaved``), so the rati
 shared machine even when the absolute figures do not.
 
 Run: ``.venv/bin/python benchmarks/gemm_cpu.py`` (``--quick`` for one size, ``--threads N``). Writes
-``benchmarks/results/gemm_cpu.json`` (with the CPU model and its vector features) and prints a
+``benchmarks/results/gemm_cpu.json`` (with the CPU model, its LLVM name — the default register
+tile depends on it, :func:`ember.strategy.cpu_gemm.default_tile_candidates` — and its vector
+features) and prints a
 table of GFLOP/s and ratios (OpenBLAS time / ember time: above 1 ember is faster), with the
 schedule point each size used. Also reports compile times of the vector add and the GEMM with
 the cache off.
@@ -154,6 +156,7 @@ def main() -> None:
         host = Target("llvm")
         name = "gemm_cpu" if THREADS == len(os.sched_getaffinity(0)) else f"gemm_cpu_{THREADS}t"
         path = write_result(name, {"threads": THREADS, "blas": blas_info(), "cpu_model": cpu_model(),
+                                         "llvm_cpu": host.mcpu,
                                          "vector_features": sorted(f for f in host.features if f in VECTOR_FEATURES),
                                          "rows": rows, "compile_time_s": ct})
         print(f"wrote {path}")

@@ -68,11 +68,14 @@ MR_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14)
 MR_PREFERRED_WIDE = (14, 12, 10, 8, 6, 4, 5, 3, 2)
 MR_PREFERRED_NARROW = (4, 6, 3, 2)
 # The tallest register tile the default takes where 512-bit operations are double-pumped (two
-# 256-bit halves, one 512-bit FMA per cycle: AMD Zen 4, cpu_arch). Measured on Zen 4, one
-# thread, thread CPU time: 6 to 10 rows run 1024^3 and 2048^3 at ~108 GFLOP/s (~97 % of the
-# core's FMA peak), 14 rows at 83 (and 97 at 1000^3); at 512^3 every height from 6 to 14 is
-# within 2 %. The tile's loop is the same (28 FMAs, 14 broadcasts, no spills): what costs is
-# its 14 rows of the (unpacked) left operand streaming from L2 once the rows outgrow L1.
+# 256-bit halves, one 512-bit FMA per cycle: AMD Zen 4, see cpu_arch). There 8 rows keep 16
+# accumulators, four times what one FMA per cycle of latency 4 needs, so a shorter tile costs no
+# FMA throughput, while 14 rows lose whenever the left operand's rows (which the tile reads
+# unpacked, K floats apart) fall in few sets of the 8-way, 4 KiB-period L1. Measured on Zen 4,
+# one thread, thread CPU time, M = N = 1024: 14 rows 83 GFLOP/s at K = 1024 (85 at 2048³)
+# (rows 4 KiB apart: all in one set), 97 at K = 1000, 104-111 at K = 384, 640, 768, 1536;
+# 8 rows 106-112 at every K, within 2 % of the best height (6 to 14) everywhere. The loop
+# itself is the same (28 FMAs, 14 broadcasts, 2 panel loads a step, no spills).
 MR_MAX_DOUBLE_PUMPED = 8
 # A reduction longer than this (multiply-adds per output) is blocked into chunks of at most
 # KC_MAX_TAPS.
