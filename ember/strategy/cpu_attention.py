@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import te
+from ..arith import simplify
+from ..ir import expr as E
 from ..ops.fused_attention import TAG_EXP, TAG_MAX, TAG_PV, TAG_QK, TAG_SCORES, TAG_SUM
-from ..te import ComputeOp
+from ..te import ComputeOp, IterVar
 from ..te.tensor import IterKind
 from .base import extent
 from .cpu_reduce import row_reduction_lanes, split_row_reduction
@@ -50,21 +52,32 @@ def _stages_by_tag(out: ComputeOp) -> dict[str, ComputeOp]:
     return {op.tag: op for op in post_order([out]) if isinstance(op, ComputeOp) and op.tag in tags}
 
 
-def tile_shape(cols: int, lanes: int, registers: int) -> tuple[int, int]:
-    """``(mr, nb)``: register-tile rows and columns of a product with ``cols`` output columns:
-    two vectors of columns (one when ``cols`` is at most a vector; all of them when less) and as
-    many rows as keep the accumulators in half the vector registers."""
+def tile_shape(cols: int, lanes: int, registers: int, constant: bool = True) -> tuple[int, int]:
+    """``(mr, nb)``: register-tile rows and columns of a product with ``cols`` output columns
+    (``constant``: a constant extent, not the hint of a symbolic one). Columns: two vectors, one,
+    or half a vector, the widest that divides ``cols`` (24 columns: three tiles of 8, where a
+    24-wide vector or a tile of 16 and a guarded tail run far slower); a row of at most one
+    vector whole; else two vectors and a guarded partial tile. Rows: as many as keep the
+    accumulators in half the vector registers."""
     nb = min(2 * lanes, cols) if cols >= lanes else max(cols, 1)
+    if constant and cols > lanes:
+        nb = next((w for w in (2 * lanes, lanes, lanes // 2) if cols % w == 0), 2 * lanes)
     vecs = -(-nb // lanes)
     mr = max(1, min(8, registers // 2 // vecs))
     return mr, nb
 
 
 def block_rows(rows: int, keys: int, mr: int) -> int:
-    """Query rows per block: a multiple of ``mr``, at most the sequence (rounded up to ``mr``),
-    with the block's two ``rows x keys`` float32 buffers within :data:`BLOCK_BYTES`."""
+    """Query rows per block: the whole sequence when the block's two ``rows x keys`` float32
+    buffers fit in :data:`BLOCK_BYTES` (no partial block), else the most rows that fit, a
+    multiple of ``mr``."""
     fit = max(1, BLOCK_BYTES // (2 * 4 * max(keys, 1)) // mr) * mr
-    return max(mr, min(fit, -(-rows // mr) * mr))
+    return rows if rows <= fit else fit
+
+
+def _constant(iv: IterVar) -> bool:
+    """True when ``iv``'s extent is a constant (not a symbolic size)."""
+    return iv.dom is not None and E.const_int_value(simplify(iv.dom.extent)) is not None
 
 
 def _register_tile(tile: te.Stage, mr: int, nb: int) -> None:
@@ -100,8 +113,8 @@ def schedule_fused_attention(s: te.Schedule, stage: te.Stage, strategy: CPUStrat
         lead, (i, e) = axes[:-2], axes[-2:]
     S, Dv = extent(i), extent(e)
     L, D = extent(qk.axis[-1]), extent(qk.reduce_axis[0])
-    mr_pv, nb_pv = tile_shape(Dv, lanes, regs)
-    mr_qk, nb_qk = tile_shape(L, lanes, regs)
+    mr_pv, nb_pv = tile_shape(Dv, lanes, regs, _constant(e))
+    mr_qk, nb_qk = tile_shape(L, lanes, regs, _constant(qk.axis[-1]))
     rb = block_rows(S, L, int(np.lcm(mr_pv, mr_qk)))
     # the output: (lead, row blocks | row tiles, column tiles, tile rows, tile columns)
     io, ii = stage.split(i, factor=rb)

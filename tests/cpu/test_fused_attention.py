@@ -29,11 +29,12 @@ from onnx import helper as h  # noqa: E402
 from onnx import numpy_helper as nh  # noqa: E402
 
 
-def _attention_model(B: int, H: int, S: int, L: int, D: int, Dv: int, *, scale: str | None, mask: str | None,
-                     nan_tail: bool, merge_heads: bool, scale_value: float | None = None) -> bytes:
+def _attention_model(B: int, H: int, S: int | str, L: int | str, D: int, Dv: int, *, scale: str | None,
+                     mask: str | None, nan_tail: bool, merge_heads: bool, scale_value: float | None = None) -> bytes:
     """Q ``[B, H, S, D]``, K ``[B, H, L, D]``, V ``[B, H, L, Dv]`` (and a mask) as inputs:
     ``MatMul(Q, Transpose(K))``, the scale, the mask, Softmax, the NaN tail, ``MatMul(., V)`` and,
-    with ``merge_heads``, ``Transpose(0, 2, 1, 3)`` + ``Reshape`` to ``[B, S, H * Dv]``."""
+    with ``merge_heads``, ``Transpose(0, 2, 1, 3)`` + ``Reshape`` to ``[B, S, H * Dv]``. A size
+    given as a name is a symbolic dimension."""
     ins = [h.make_tensor_value_info("Q", T.FLOAT, [B, H, S, D]), h.make_tensor_value_info("K", T.FLOAT, [B, H, L, D]),
            h.make_tensor_value_info("V", T.FLOAT, [B, H, L, Dv])]
     inits = []
@@ -58,7 +59,7 @@ def _attention_model(B: int, H: int, S: int, L: int, D: int, Dv: int, *, scale: 
     nodes.append(h.make_node("MatMul", [cur, "V"], ["y"]))
     out, oshape = "y", [B, H, S, Dv]
     if merge_heads:
-        inits.append(nh.from_array(np.array([B, S, H * Dv], np.int64), "shape"))
+        inits.append(nh.from_array(np.array([0, 0, H * Dv], np.int64), "shape"))  # 0: the input's size
         nodes += [h.make_node("Transpose", ["y"], ["yt"], perm=[0, 2, 1, 3]),
                   h.make_node("Reshape", ["yt", "shape"], ["out"])]
         out, oshape = "out", [B, S, H * Dv]
@@ -143,6 +144,25 @@ def test_fully_masked_rows_follow_the_graph(rng) -> None:
         assert np.isnan(want[0, :, [2, 5]]).all() != nan_tail
         finite = np.isfinite(want)
         np.testing.assert_allclose(got[finite], want[finite], rtol=2e-5, atol=2e-5)
+
+
+def test_symbolic_sequence_length_compiles_the_fused_kernel_once(rng) -> None:
+    """Self-attention whose sequence length is symbolic (Q, K, V, the mask): compiled once for
+    every size (``ember.model.symbolic``) with the fused kernel's extents symbolic, no size
+    compiled on its own; against ONNX Runtime at lengths no tile divides."""
+    model = _attention_model(1, 2, "seq", "seq", 16, 16, scale="mul", mask="b11l", nan_tail=True, merge_heads=True)
+    compiled = ember.compile(model, target="llvm", use_cache=False)
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for n in (5, 13, 40, 70, 13):
+        feeds = {k: rng.standard_normal((1, 2, n, 16)).astype(np.float32) for k in "QKV"}
+        feeds["M"] = np.where(rng.random((1, 1, 1, n)) < 0.3, np.float32(-1e30), 0.0).astype(np.float32)
+        want = sess.run(None, feeds)[0]
+        got = compiled.run(feeds, outputs=[np.full(want.shape, np.nan, np.float32)])[0]
+        assert np.abs(got.astype(np.float64) - want).max() / np.abs(want).max() <= 2e-5
+    spec = compiled._specializer
+    assert spec.symbolic_status == "built" and compiled.variants == []
+    assert [op for st in spec.symbolic.steps for op in st.get("ops", [])].count(FUSED_ATTENTION) == 1
+    assert spec.symbolic.exact_compiles == 0
 
 
 def _projected_model(B: int, S: int, H: int, D: int, rng: np.random.Generator) -> bytes:
