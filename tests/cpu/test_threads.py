@@ -1,13 +1,15 @@
 """ember's thread pool for parallel CPU loops (``ember/backends/cpu/pool.py``): every chunk runs
 exactly once whatever the extent and thread count, two Python threads calling parallel kernels
 at once both get right results (the second runs serially), a forked child (which has no pool
-workers) still completes its parallel loops, and a kernel called while a busy process competes
-for the cores completes correctly. Outputs are poisoned; nothing here asserts a timing
-(``benchmarks/threads_cpu.py`` measures ember and ONNX Runtime under load)."""
+workers) still completes its parallel loops, a kernel called while a busy process competes
+for the cores completes correctly, and so do loops whose caller and worker share one core.
+Outputs are poisoned; nothing here asserts a timing (``benchmarks/threads_cpu.py`` measures
+ember and ONNX Runtime under load)."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import subprocess
 import sys
 import threading
@@ -93,3 +95,38 @@ def test_parallel_kernel_under_a_busy_process(rng) -> None:
     finally:
         busy.kill()
         busy.wait()
+
+
+_COLOCATED = r"""
+import os, sys
+import numpy as np
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # the caller and the worker share one core
+import ember
+from ember import te
+n = 100003
+for static in (False, True):
+    x = te.placeholder((n,), name="x")
+    y = te.compute((n,), lambda i: x[i] * 2.0 + te.cast("float32", i), name="y")
+    s = te.create_schedule(y.op)
+    s[y].parallel(y.op.axis[0], static=static)
+    f = ember.build(s, [x, y], target="llvm -num_threads=2", name="colocated")
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        a = rng.standard_normal(n).astype(np.float32)
+        out = np.full(n, np.nan, np.float32)
+        f(a, out)
+        assert np.array_equal(out, a * 2.0 + np.arange(n, dtype=np.float32))
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_caller_and_worker_on_one_core_complete_every_loop() -> None:
+    """A process held to one core with two pool threads (what the scheduler does on a busy
+    machine: the worker on the caller's core): the worker sleeps instead of spinning there and
+    the caller yields to a worker holding a chunk; every chunk of 400 dynamic and static loops
+    still runs exactly once."""
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    done = subprocess.run([sys.executable, "-c", _COLOCATED], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok")

@@ -11,7 +11,16 @@ Runtime under the same load). This pool follows what ONNX Runtime's does instead
 * the caller waits only for chunks that were claimed and are running, never for a thread
   that has not woken up yet;
 * idle workers spin for a short while (``SPIN_PAUSES`` pause instructions, ~0.1 ms) to catch the
-  next loop of the same model, then sleep on a futex.
+  next loop of the same model, then sleep on a futex;
+* a thread never spins on the core of the thread it waits for: on a busy machine the scheduler
+  may put a worker on the caller's core (the other core held by another process), where a
+  spinning worker takes half the core from the caller (a 2-thread loop then ran 1.2x slower
+  than one thread) and a caller spinning for a chunk that the descheduled worker holds waits
+  for a time slice. An idle worker that finds itself on the core of the last caller
+  (``sched_getcpu``, every ``YIELD_EVERY`` pauses) goes to sleep at once (its wake-up lets the
+  scheduler place it on a free core), and a caller waiting for chunks on the core of the
+  worker that took the job yields (``sched_yield``) to it. Threads on cores of their own never
+  make either call.
 
 Two modes, chosen per loop by its schedule (``mode``, :data:`DYNAMIC` or :data:`STATIC`):
 
@@ -52,6 +61,9 @@ SYMBOL = "ember_parallel_for"
 CHUNKS_PER_THREAD = 4
 #: Spins of an idle worker before it sleeps (each a ``pause`` on x86: ~40-140 cycles).
 SPIN_PAUSES = 2000
+#: Pauses between two checks of whether a spinning thread shares its core with the thread it
+#: waits for (``sched_getcpu``: tens of nanoseconds).
+YIELD_EVERY = 64
 MAX_CHUNKS = 0xFFFF
 #: ``mode`` of ``ember_parallel_for``: chunks claimed in order by any thread.
 DYNAMIC = 0
@@ -83,6 +95,11 @@ class _Pool:
             var.initializer = ir.Constant(ty, 0)
             var.linkage = "internal"
             g[name] = var
+        for name in ("ccpu", "wcpu"):  # the core of the last caller, of the last worker to take a job
+            var = ir.GlobalVariable(self.m, I32, f"ember_pool_{name}")
+            var.initializer = ir.Constant(I32, -1)
+            var.linkage = "internal"
+            g[name] = var
         for name in ("fn", "arg"):
             var = ir.GlobalVariable(self.m, PTR, f"ember_pool_{name}")
             var.initializer = ir.Constant(PTR, None)
@@ -93,6 +110,8 @@ class _Pool:
         self.syscall = ir.Function(self.m, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
         self.pthread_create = ir.Function(self.m, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
         self.max_threads = ir.Function(self.m, ir.FunctionType(I32, []), "omp_get_max_threads")
+        self.getcpu = ir.Function(self.m, ir.FunctionType(I32, []), "sched_getcpu")
+        self.sched_yield = ir.Function(self.m, ir.FunctionType(I32, []), "sched_yield")
         self.x86 = platform.machine() in ("x86_64", "AMD64")
         self.futex_nr = _FUTEX.get(platform.machine(), 202)
         self.claim_loop = self._claim_loop()
@@ -243,7 +262,14 @@ class _Pool:
         b.position_at_end(spun)
         self._pause(b)
         k1 = b.add(k, _c(1))
-        k.add_incoming(k1, spun)
+        where, more = f.append_basic_block("where"), f.append_basic_block("more")
+        b.cbranch(b.icmp_unsigned("==", b.and_(k1, _c(YIELD_EVERY - 1)), _c(0)), where, more)
+        # on the last caller's core: sleep now rather than take the core from it
+        b.position_at_end(where)
+        shared = b.icmp_signed("==", b.call(self.getcpu, []), b.load_atomic(self.g["ccpu"], "monotonic", 4))
+        b.cbranch(shared, sleep, more)
+        b.position_at_end(more)
+        k.add_incoming(k1, more)
         b.cbranch(b.icmp_unsigned("<", k1, _c(SPIN_PAUSES)), spin, sleep)
         b.position_at_end(sleep)
         b.atomic_rmw("add", self.g["sleepers"], _c(1, I32), "seq_cst")
@@ -260,6 +286,7 @@ class _Pool:
         b.branch(loop)
         b.position_at_end(got)
         b.store(g, seen)
+        b.store_atomic(b.call(self.getcpu, []), self.g["wcpu"], "monotonic", 4)
         static_bb, dynamic_bb = f.append_basic_block("static"), f.append_basic_block("dynamic")
         mode = b.load_atomic(self.g["mode"], "acquire", 4)
         b.cbranch(b.icmp_unsigned("==", mode, _c(STATIC, I32)), static_bb, dynamic_bb)
@@ -327,6 +354,7 @@ class _Pool:
         # word of the other mode is published empty (dynamic: no chunk left; static: every bit
         # set), so a worker that reads a newer job's mode finds nothing to run under this gen.
         b.position_at_end(bb["publish"])
+        b.store_atomic(b.call(self.getcpu, []), self.g["ccpu"], "monotonic", 4)
         b.store(fn, self.g["fn"])
         b.store(arg, self.g["arg"])
         b.store_atomic(_c(0), self.g["done"], "release", 8)
@@ -364,10 +392,25 @@ class _Pool:
         b.call(self.claim_loop, [gen])
         b.branch(bb["wait"])
         b.position_at_end(bb["wait"])
+        j = b.phi(I64)
+        j.add_incoming(_c(0), run_static)
+        j.add_incoming(_c(0), run_dynamic)
         done = b.load_atomic(self.g["done"], "acquire", 8)
         b.cbranch(b.icmp_signed("<", done, chunks), bb["waited"], bb["serial_out"])
         b.position_at_end(bb["waited"])
         self._pause(b)
+        j1 = b.add(j, _c(1))
+        where, yield_bb, again = (f.append_basic_block(n) for n in ("wait_where", "wait_yield", "wait_again"))
+        b.cbranch(b.icmp_unsigned("==", b.and_(j1, _c(YIELD_EVERY - 1)), _c(0)), where, again)
+        # on the core of the worker that took the job (it may hold a chunk): let it run
+        b.position_at_end(where)
+        shared = b.icmp_signed("==", b.call(self.getcpu, []), b.load_atomic(self.g["wcpu"], "monotonic", 4))
+        b.cbranch(shared, yield_bb, again)
+        b.position_at_end(yield_bb)
+        b.call(self.sched_yield, [])
+        b.branch(again)
+        b.position_at_end(again)
+        j.add_incoming(j1, again)
         b.branch(bb["wait"])
         b.position_at_end(bb["serial_out"])
         b.store_atomic(_c(0, I32), self.g["busy"], "release", 4)
