@@ -165,6 +165,29 @@ def test_symbolic_sequence_length_compiles_the_fused_kernel_once(rng) -> None:
     assert spec.symbolic.exact_compiles == 0
 
 
+def test_rank3_attention_with_merged_batch_and_heads(rng) -> None:
+    """Batch and heads merged into one axis (``[B * H, S, D]``), as some exporters write it."""
+    BH, S, D = 6, 13, 16
+    nodes = [h.make_node("Transpose", ["K"], ["Kt"], perm=[0, 2, 1]), h.make_node("MatMul", ["Q", "Kt"], ["s0"]),
+             h.make_node("Div", ["s0", "c"], ["s1"]), h.make_node("Softmax", ["s1"], ["p"], axis=2),
+             h.make_node("MatMul", ["p", "V"], ["y"])]
+    ins = [h.make_tensor_value_info(n, T.FLOAT, [BH, S, D]) for n in "QKV"]
+    g = h.make_graph(nodes, "rank3", ins, [h.make_tensor_value_info("y", T.FLOAT, [BH, S, D])],
+                     [nh.from_array(np.array(4.0, np.float32), "c")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    model = m.SerializeToString()
+    assert _fused_ops(model).count(FUSED_ATTENTION) == 1
+    _check(model, rng, kernels=2)
+
+
+def test_a_scale_dividing_by_the_scores_is_not_fused() -> None:
+    g = _graph_of(_attention_model(1, 2, 7, 7, 8, 8, scale="div", mask=None, nan_tail=False, merge_heads=False))
+    div = next(n for n in g.nodes if n.op == "Div")
+    div.inputs = div.inputs[::-1]  # c / scores
+    assert fuse_attention(g) is g
+
+
 def _projected_model(B: int, S: int, H: int, D: int, rng: np.random.Generator) -> bytes:
     """A self-attention block as torch exports a HuggingFace BERT layer: Q, K, V projections
     (MatMul + Add), each split into heads (Reshape + Transpose; K transposed for the product), the
