@@ -20,7 +20,7 @@ def test_explain_dumps_every_pass_in_order_and_reports(rng, tmp_path) -> None:
     result = explain(data, dump_dir=tmp_path / "dumps")
     files = sorted(p.name for p in (tmp_path / "dumps").iterdir())
     # the graph pipeline's passes first, in order (again after a target's layout pass), then fusion
-    graph_passes = [p.name for p in default_graph_pipeline().passes]
+    graph_passes = [p.name for p in default_graph_pipeline(None, "llvm").passes]  # the CPU target's
     fuse = next(k for k, f in enumerate(files) if f.endswith("_Fuse.txt"))
     before = [f.split("_", 1)[1].removesuffix(".txt") for f in files[:fuse]]
     assert before[:len(graph_passes)] == graph_passes
