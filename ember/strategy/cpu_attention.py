@@ -2,9 +2,9 @@
 attention, a block of query rows of one head at a time.
 
 The output's loops are ``(batch..., heads, row blocks | rows, values)``; the batch, heads and row
-blocks are fused into one loop (run in parallel from :data:`PARALLEL_MIN_MACS` multiply-adds), and each of
-its iterations computes, in buffers of that block only (``rows x keys`` floats, on the stack when
-the sizes are constants):
+blocks are fused into one loop (run in parallel from :data:`PARALLEL_MIN_MACS` multiply-adds), and
+each of its iterations computes, in buffers of that block only (``rows x keys`` floats, on the
+stack when the sizes are constants):
 
 1. the scores ``Q Kᵀ`` (scaled, plus the mask): register tiles of ``mr`` rows by one or two
    vectors of keys accumulate the whole head dimension (``Kᵀ``'s keys are contiguous), then are
@@ -14,8 +14,10 @@ the sizes are constants):
 3. the product of the exponentials with ``V`` in register tiles of ``mr`` rows by one or two
    vectors of ``V``'s columns, divided by the row sum as it is stored into the output.
 
-The rows of a block are a multiple of ``mr`` chosen so that the block's two buffers (scores and
-exponentials) stay within :data:`BLOCK_BYTES` (L1); a short sequence is one block per head.
+A block is the whole sequence of one head while its two buffers (scores and exponentials) fit in
+:data:`BLOCK_BYTES` (L1), else the most rows that fit (a multiple of ``mr``). With symbolic
+sizes the buffers come from the heap, once per block. Register tiles take two vectors of columns,
+one or half of one, whichever divides the columns (:func:`tile_shape`).
 """
 
 from __future__ import annotations
