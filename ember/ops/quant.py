@@ -121,9 +121,24 @@ def _wider_float(*dts: str) -> str:
     return max(dts, key=lambda d: _FLOATS.index(d) if d in _FLOATS else 0)
 
 
-def _saturate(v: E.PrimExpr, lo: int, hi: int) -> E.PrimExpr:
-    """``clip(v, lo, hi)`` for a float value."""
-    return E.min_expr(E.max_expr(v, E.const(float(lo), v.dtype)), E.const(float(hi), v.dtype))
+def _saturate(v: E.PrimExpr, lo: int, hi: int, const_first: bool = False) -> E.PrimExpr:
+    """``clip(v, lo, hi)`` for a float value (NaN stays NaN). ``const_first`` (CPU targets,
+    :func:`_const_first`) puts the constant bounds first: ember's float ``Max``/``Min``
+    propagate a NaN of their first operand with a test of its own, which on a constant folds
+    away, leaving one ``vmaxps``/``vminps`` instead of a compare, an unordered compare and a
+    masked move (a NaN second operand comes out of the comparison's select unchanged, so the
+    value is the same for every input but the sign of a zero, which the integer conversion after
+    it drops)."""
+    flo, fhi = E.const(float(lo), v.dtype), E.const(float(hi), v.dtype)
+    if const_first:
+        return E.min_expr(fhi, E.max_expr(flo, v))
+    return E.min_expr(E.max_expr(v, flo), fhi)
+
+
+def _const_first(ctx: OpContext) -> bool:
+    """Whether ``ctx`` compiles for a CPU target (:func:`_saturate`'s ``const_first``)."""
+    target = getattr(ctx.strategy, "target", None)
+    return target is not None and not target.is_gpu
 
 
 @register("QuantizeLinear")
@@ -150,7 +165,7 @@ def quantize_linear(ctx: OpContext, x: Tensor, scale: Tensor, zp: Tensor | None 
         q = te.round(cast(x[i], wdt) / cast(sl(i), wdt))
         if zl is not None:
             q = q + cast(zl(i), wdt)
-        return cast(_saturate(q, lo, hi), odt)
+        return cast(_saturate(q, lo, hi, _const_first(ctx)), odt)
 
     return compute(xs, body, name=uname("quantize"))
 
@@ -386,7 +401,7 @@ def _requantize(
         d = cast(acc[i], "float64") * mult(i)
         if yzp is not None:
             d = d + cast(yzp[(0,) * len(yzp.shape)], "float64")
-        return cast(_saturate(te.round(d), lo, hi), odt)
+        return cast(_saturate(te.round(d), lo, hi, _const_first(ctx)), odt)
 
     return compute(shape(acc), body, name=uname("requant"))
 
@@ -495,7 +510,7 @@ def _requant_f32(ctx: OpContext, acc: E.PrimExpr, mult: E.PrimExpr, yzp: Tensor 
     q = te.round(cast(acc, "float32") * mult)
     if yzp is not None:
         q = q + cast(_scalar(yzp), "float32")
-    return cast(_saturate(q, lo, hi), odt)
+    return cast(_saturate(q, lo, hi, _const_first(ctx)), odt)
 
 
 def _known_zero(ctx: OpContext, index: int) -> bool:
@@ -888,7 +903,7 @@ def _quantize_f32(ctx: OpContext, v: E.PrimExpr, y_scale: Tensor, yzp: Tensor | 
     q = te.round(v / cast(_scalar(y_scale), "float32"))
     if yzp is not None:
         q = q + cast(_scalar(yzp), "float32")
-    return cast(_saturate(q, lo, hi), odt)
+    return cast(_saturate(q, lo, hi, _const_first(ctx)), odt)
 
 
 def _per_tensor(ctx: OpContext, **params: Tensor | None) -> None:
@@ -955,7 +970,7 @@ def qlinear_add(
         fixed = zero_point(czp) - (ra * zero_point(azp) + rb * zero_point(bzp))
         # float adds and products carry LLVM's "contract": these are the two FMAs of MLAS
         v = cast(bcast_load(a, out, i), f32) * ra + (cast(bcast_load(b, out, i), f32) * rb + fixed)
-        return cast(_saturate(te.round(v), lo, hi), odt)
+        return cast(_saturate(te.round(v), lo, hi, _const_first(ctx)), odt)
 
     return compute(out, body, name=uname("qadd"))
 
