@@ -110,10 +110,21 @@ def _with_bias(out: Tensor, bias: Tensor | None) -> Tensor:
     return compute(shape(out), lambda n, o, i, j, k: out[n, o, i, j, k] + bias[o, k], name=uname("conv_bias"))
 
 
+def _plain_as_block(x: Tensor) -> Tensor:
+    """A plain ``[N, C, H, W]`` tensor seen as one channel block ``[N, 1, H, W, C]`` (an injective
+    stage that the schedule inlines into its reader: the padded copy, or the product itself)."""
+    n_, c, h, w = shape(x)
+    return compute((n_, 1, h, w, c), lambda n, _o, i, j, k: x[n, k, i, j], name=uname("nchw_as_block"))
+
+
 @register(CONV_NCHWC, pattern="heavy")
 def conv_nchwc(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     """``ember.ConvNCHWc``: X ``[N, CB, H, W, ib]``, W ``[MB, CB, KH, KW, ib, ob]``, B ``[MB, ob]``
-    (see the module docstring); the result is ``[N, MB, OH, OW, ob]``."""
+    (see the module docstring); the result is ``[N, MB, OH, OW, ob]``. X may also be plain ``[N,
+    C, H, W]`` when its channels are one block (``CB == 1``, ``ib == C``: an image's 3), read in
+    place: the network's input then needs no conversion of its own."""
+    if len(shape(x)) == 4 and len(shape(w)) == 6 and shape(w)[1] == 1 and shape(w)[4] == shape(x)[1]:
+        x = _plain_as_block(x)
     sx, sw = shape(x), shape(w)
     if len(sx) != 5 or len(sw) != 6 or sw[1] != sx[1] or sw[4] != sx[4]:
         raise ctx.fail(f"X {sx} must be [N, CB, H, W, ib] and W {sw} [MB, CB, KH, KW, ib, ob] with the same CB and ib")

@@ -130,6 +130,60 @@ def test_blocked_conv_matches_float64(rng, target, xs, wk, strides, pads, dil):
     assert not np.any(_unblock(got, got.shape[1] * lanes)[:, m:])  # padding channels are zero
 
 
+# plain NCHW inputs of fewer channels than a block: (N, C, H, W), (M, KH, KW), strides, pads
+PLAIN = [
+    pytest.param((1, 3, 23, 21), (10, 7, 7), (2, 2), (3, 3, 3, 3), id="7x7-s2-image"),
+    pytest.param((2, 3, 17, 19), (35, 3, 3), (2, 2), (0, 0, 1, 1), id="3x3-s2-tf-same-batch2"),
+    pytest.param((1, 1, 13, 11), (9, 5, 5), (1, 1), (2, 1, 2, 3), id="5x5-one-channel-asym"),
+    pytest.param((1, 3, 9, 13), (17, 3, 3), (1, 1), (0, 0, 0, 0), id="unpadded"),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("xs, wk, strides, pads", PLAIN)
+def test_blocked_conv_reads_a_plain_image_in_place(rng, target, xs, wk, strides, pads):
+    """``ember.ConvNCHWc`` given X as plain NCHW (channels fewer than a block: one block read in
+    place, what the policy does for a network's input) against float64, and equal bit for bit
+    to the same convolution given the image converted to ``NCHW{C}c``."""
+    tgt = Target(target)
+    lanes = tgt.vector_lanes(32)
+    c, (m, kh, kw) = xs[1], wk
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((m, c, kh, kw)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    attrs = {"strides": list(strides), "pads": list(pads), "dilations": [1, 1]}
+    if target != "llvm" and not _host_has(*(("avx512f",) if "avx512" in target else ("avx2", "fma"))):
+        pytest.skip(f"this CPU cannot run code for {target}")
+    got = _run_blocked(CONV_NCHWC, [x, _block_weight(w, c, lanes), _block_bias(b, lanes)], attrs, target)
+    np.testing.assert_allclose(_unblock(got, m), conv2d_ref(x, w, b, strides, pads), **TOL)
+    assert not np.any(_unblock(got, got.shape[1] * lanes)[:, m:])  # padding channels are zero
+    blocked = _run_blocked(CONV_NCHWC, [_block_act(x, c), _block_weight(w, c, lanes), _block_bias(b, lanes)], attrs,
+                           target)
+    np.testing.assert_array_equal(got, blocked)
+
+
+def test_a_network_input_needs_no_conversion_kernel(rng):
+    """An image (3 channels) into a blocked convolution: the compiled model has no layout
+    conversion before it (the convolution reads the input in place) and matches float64."""
+    x = rng.standard_normal((1, 3, 19, 17)).astype(np.float32)
+    w = rng.standard_normal((24, 3, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((5, 24, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Conv", ["r", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 5, 10, 9))],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2")])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    model = ember.compile(proto.SerializeToString())
+    steps = [st for st in model._program.plan["steps"] if st["kind"] == "kernel"]
+    assert "layout" not in steps[0]["func"].lower(), [st["func"] for st in steps]
+    (got,) = model(x)
+    ref = conv2d_ref(np.maximum(conv2d_ref(x, w, np.zeros(24, np.float32), (2, 2), (1, 1, 1, 1)), 0), w2,
+                     np.zeros(5, np.float32))
+    np.testing.assert_allclose(got, ref, **TOL)
+
+
 DEPTHWISE = [
     pytest.param((1, 19, 9, 11), 3, (1, 1), (1, 1, 1, 1), (1, 1), id="s1"),
     pytest.param((2, 21, 13, 10), 3, (2, 2), (0, 0, 1, 1), (1, 1), id="s2-asym-batch2"),
@@ -200,8 +254,9 @@ def test_policy_blocks_by_the_targets_vector_width(target, block):
     assert nl is not None and nl.op == CONV_NCHWC
     assert [str(v.layout) for v in nl.inputs] == [f"NCHW{block}c", f"OIHW{block}i{block}o"]
     assert [str(v.layout) for v in nl.outputs] == [f"NCHW{block}c"]
-    image = policy.layouts(_site(3, 24))  # fewer channels than a block: one unpadded block
-    assert image is not None and str(image.inputs[0].layout) == "NCHW3c"
+    image = policy.layouts(_site(3, 24))  # fewer channels than a block: read in place, one block
+    assert image is not None and image.inputs[0].is_identity and str(image.inputs[0].layout) == "NCHW"
+    assert str(image.inputs[1].layout) == f"OIHW3i{block}o"
     dw = policy.layouts(_site(24, 24, group=24))
     assert dw is not None and dw.op == DEPTHWISE_NCHWC and str(dw.inputs[1].layout) == f"OIHW{block}o"
 
