@@ -62,8 +62,10 @@ def _onnx_kinds(model: Any) -> dict[str, tuple[str, str]]:
     return out
 
 
-def measure(name: str, threads: int, repeat: int, blocks: int) -> dict[str, Any]:
-    """Profile model ``name`` with ember and ONNX Runtime at ``threads`` threads."""
+def measure(name: str, threads: int, repeat: int, blocks: int, stat: str = "median", batch: int = 1) -> dict[str, Any]:
+    """Profile model ``name`` at ``batch`` with ember and ONNX Runtime at ``threads`` threads; per
+    layer the ``stat`` (``median`` or ``min``) of its times."""
+    pick = statistics.median if stat == "median" else min
     import onnx
     import onnxruntime as ort
     from models_cpu import _model
@@ -71,7 +73,7 @@ def measure(name: str, threads: int, repeat: int, blocks: int) -> dict[str, Any]
     import ember
 
     with tempfile.TemporaryDirectory() as tmp:
-        path, feeds = _model(name, Path(tmp))
+        path, feeds = _model(name, Path(tmp), batch)
         src = onnx.load(str(path))
         kinds = _onnx_kinds(src)
         model = ember.compile(path)
@@ -126,13 +128,13 @@ def measure(name: str, threads: int, repeat: int, blocks: int) -> dict[str, Any]
         nm = per_run[0][i][1]
         kind, desc = ort_kinds.get(nm, ("other", nm))
         ort_layers.append({"name": nm, "kind": kind, "desc": desc,
-                           "us": statistics.median(r[i][2] for r in per_run)})
+                           "us": pick(r[i][2] for r in per_run)})
     ember_layers = []
     for j, row in enumerate(ember_rows):
         conv = next((n for n in row.nodes if kinds.get(n, ("other",))[0] != "other"), None)
         kind, desc = kinds.get(conv, ("other", ",".join(row.ops[:3]))) if conv else ("other", ",".join(row.ops[:3]))
         ember_layers.append({"name": row.name, "kind": kind, "desc": desc,
-                             "us": statistics.median(ember_steps[j]) / 1e3})
+                             "us": pick(ember_steps[j]) / 1e3})
     by_kind: dict[str, dict[str, float]] = {}
     for who, layers in (("ember", ember_layers), ("ort", ort_layers)):
         for lay in layers:
@@ -141,14 +143,16 @@ def measure(name: str, threads: int, repeat: int, blocks: int) -> dict[str, Any]
             d[f"{who}_n"] += 1
     convs_e = [x for x in ember_layers if x["kind"] in ("dw", "1x1", "kxk")]
     convs_o = [x for x in ort_layers if x["kind"] in ("dw", "1x1", "kxk")]
-    return {"model": name, "threads": threads, "call_ms": {k: round(v * 1e3, 3) for k, v in call.items()},
+    return {"model": name, "threads": threads, "batch": batch, "stat": stat,
+            "call_ms": {k: round(v * 1e3, 3) for k, v in call.items()},
             "by_kind": by_kind, "ember_layers": ember_layers, "ort_layers": ort_layers,
             "paired": len(convs_e) == len(convs_o), "convs": list(zip(convs_e, convs_o))}
 
 
 def report(r: dict[str, Any]) -> str:
     """A text table of :func:`measure`'s result."""
-    lines = [f"{r['model']} at {r['threads']} thread(s): call ember {r['call_ms']['ember']} ms, "
+    lines = [f"{r['model']} batch {r['batch']} at {r['threads']} thread(s), {r['stat']} per layer: "
+             f"call ember {r['call_ms']['ember']} ms, "
              f"ORT {r['call_ms']['ort']} ms (best, wall)"]
     te = sum(x["us"] for x in r["ember_layers"])
     to = sum(x["us"] for x in r["ort_layers"])
@@ -177,8 +181,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--models", default="mobilenet_v2,efficientnet_lite0")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--blocks", type=int, default=5)
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="per layer: the median of its times (default) or the least (a busy machine)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     if os.environ.get("OMP_NUM_THREADS") != str(args.threads):
@@ -186,7 +193,7 @@ def main() -> int:
         os.execv(sys.executable, [sys.executable, *sys.argv])
     results = []
     for name in args.models.split(","):
-        r = measure(name.strip(), args.threads, args.repeat, args.blocks)
+        r = measure(name.strip(), args.threads, args.repeat, args.blocks, args.stat, args.batch)
         print(report(r), flush=True)
         results.append(r)
     if args.json:
