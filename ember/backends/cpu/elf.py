@@ -83,7 +83,8 @@ _LIBM = (
 #: The routines a module may import, derived from what ember's code generators emit:
 #: ``codegen/llvm.py`` (libm's ``LIBM_UNARY``; LLVM lowers the ``llvm.exp``/``log``/``sin``/
 #: ``pow``/``frem``/rounding intrinsics of ``LLVM_UNARY`` to libm calls, and may merge sin and cos
-#: into ``sincos``; ``malloc``/``free`` for heap scratch buffers), ``backends/cpu/codegen.py``
+#: into ``sincos``; ``malloc``/``free`` for heap scratch buffers, and ``calloc``, which LLVM
+#: makes of a ``malloc`` whose memory is then zero-filled), ``backends/cpu/codegen.py``
 #: (libgomp's ``GOMP_parallel``, ``omp_get_thread_num``, ``omp_get_num_threads``), LLVM's own
 #: lowering (``memcpy``/``memset``/``memmove`` for copy and fill loops) and the compiler-rt /
 #: libgcc conversion routines for half, bfloat16 and 128-bit integer arithmetic on CPUs without
@@ -91,7 +92,7 @@ _LIBM = (
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
     [*_LIBM, *(n + "f" for n in _LIBM)]
     + ["ember_parallel_for", "GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads",
-       "malloc", "free", "memcpy", "memset", "memmove",
+       "malloc", "calloc", "free", "memcpy", "memset", "memmove",
        "__truncdfhf2", "__truncsfhf2", "__extendhfsf2", "__extendhfdf2", "__gnu_h2f_ieee", "__gnu_f2h_ieee",
        "__truncsfbf2", "__truncdfbf2", "__extendbfsf2",
        "__powisf2", "__powidf2", "__divti3", "__udivti3", "__modti3", "__umodti3", "__multi3",
