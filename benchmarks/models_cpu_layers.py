@@ -4,7 +4,9 @@ next to ONNX Runtime's, by layer kind and layer by layer.
 ember's times come from ``Model.profile`` (the host clock around each kernel step), ONNX
 Runtime's from its own profiler (``enable_profiling``: the ``*_kernel_time`` events), both with
 the same thread count, medians over ``--repeat`` runs, measured in alternating blocks so that a
-busy machine affects both alike. Each layer is put in a kind from the ONNX graph (ember: the
+busy machine affects both alike (each ember block after ``ORT_SETTLE_S`` of idleness: ONNX
+Runtime's pool threads spin for tens of milliseconds after a run, and took the second core from
+the ember calls that followed them). Each layer is put in a kind from the ONNX graph (ember: the
 first ``Conv`` of the step; ONNX Runtime: the node of its optimized graph): ``dw`` (depthwise),
 ``1x1``, ``kxk`` (other dense convolutions), ``pool``, ``gemm``, ``other``; the convolutions of
 both are also paired in execution order (both run them in the graph's order) and printed side by
@@ -27,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+#: Seconds of idleness before each block of ember calls (see :func:`measure`).
+ORT_SETTLE_S = 0.3
 
 
 def _conv_kind(group: int, cin: int, kshape: tuple[int, ...]) -> str:
@@ -93,14 +98,18 @@ def measure(name: str, threads: int, repeat: int, blocks: int, stat: str = "medi
         ember_rows: list[Any] = []
         call = {"ember": float("inf"), "ort": float("inf")}
         for _ in range(blocks):
+            # ONNX Runtime's pool threads keep spinning for tens of milliseconds after a run: an
+            # ember call right after one shares the cores with them (its first layers measured at
+            # their one-thread time at 2 threads), so every ember block starts after a pause
+            time.sleep(ORT_SETTLE_S)
             prof = model.profile(feeds, repeat=repeat, warmup=1, peaks=False)
             ember_rows = prof.steps
             for j, row in enumerate(prof.steps):
                 ember_steps.setdefault(j, []).extend(row.durations)
             for _ in range(repeat + 1):
                 sess.run(None, feeds)
-            time.sleep(0.05)
             for key, fn in (("ember", lambda: model(**feeds)), ("ort", lambda: sess.run(None, feeds))):
+                time.sleep(ORT_SETTLE_S)
                 fn()
                 for _ in range(repeat):
                     t0 = time.perf_counter()
