@@ -216,9 +216,23 @@ def test_loop_constant_trip_count():
         [_vi("acc", F, None), _vi("scans", F, None)],
         inits=[m_const, t],
     )
-    feeds = {"acc0": RNG.standard_normal(3).astype(np.float32), "step": RNG.standard_normal(3).astype(np.float32)}
-    got = _check(m, feeds)
-    assert got[1].shape == (6, 3)
+    rng = np.random.default_rng(209)  # not the module's RNG: these inputs must not depend on test order
+    model = ember.compile(m)
+    for _ in range(5):
+        feeds = {"acc0": rng.standard_normal(3).astype(np.float32), "step": rng.standard_normal(3).astype(np.float32)}
+        acc, scans = model(**feeds)
+        assert scans.shape == (6, 3)
+        # float64 reference of the recurrence acc_i = acc_{i-1} * i + step, scan_i = sin(acc_i)
+        a, rows = feeds["acc0"].astype(np.float64), []
+        for i in range(6):
+            a = a * i + feeds["step"]
+            rows.append(a)
+        rows = np.array(rows)
+        np.testing.assert_allclose(acc, a, rtol=1e-5, atol=1e-6)
+        # |acc| grows to ~5! |step|: float32 rounding of acc (a few ulps of |acc|, the multiply-add
+        # fused or not) moves sin(acc) by as much, so each row's bound is 8 ulps of its |acc|
+        tol = 8 * np.finfo(np.float32).eps * np.abs(rows) + 1e-6
+        assert np.all(np.abs(scans - np.sin(rows)) <= tol), (scans, np.sin(rows), tol)
 
 
 def test_loop_data_dependent_condition_keeps_the_last_value():
