@@ -57,6 +57,29 @@ def interleaved(
     return best
 
 
+def _cpuinfo_field(name: str) -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.split(":")[0].strip() == name:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _cpu_model_name() -> str:
+    """The CPU's model name as the OS reports it (``/proc/cpuinfo``; ``platform.processor()`` else)."""
+    return _cpuinfo_field("model name") or platform.processor()
+
+
+def _vector_features() -> list[str]:
+    """The vector and matrix extensions the CPU reports (AVX*, FMA, AMX, NEON/SVE), sorted."""
+    flags = (_cpuinfo_field("flags") or _cpuinfo_field("Features")).split()
+    keep = ("avx", "fma", "amx", "sse4", "f16c", "asimd", "sve", "neon")
+    return sorted(f for f in flags if f.startswith(keep))
+
+
 def machine() -> dict[str, Any]:
     """A description of the machine the benchmark ran on."""
     from ember.target import Target
@@ -64,6 +87,8 @@ def machine() -> dict[str, Any]:
     t = Target("llvm")
     return {
         "cpu": t.mcpu,
+        "cpu_model": _cpu_model_name(),
+        "vector_features": _vector_features(),
         "vector_bits": t.vector_bits,
         "threads": t.num_threads,
         "python": platform.python_version(),
