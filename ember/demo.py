@@ -8,6 +8,8 @@ import time
 import numpy as np
 
 from . import build, cpu, nd, te
+from .strategy.cpu_arch import cpu_arch
+from .strategy.cpu_gemm import MR_MAX_DOUBLE_PUMPED
 from .target import Target
 
 
@@ -38,6 +40,8 @@ def gemm_schedule(M: int, N: int, K: int, target: Target | None = None) -> tuple
     lanes = target.vector_lanes(32)
     nr = 2 * lanes  # two vector registers wide
     mr = 14 if lanes >= 16 else 6  # 2*mr accumulators + 3 registers <= 32 (AVX-512) or 16 (AVX2, NEON)
+    if cpu_arch(target).avx512_double_pumped:
+        mr = min(mr, MR_MAX_DOUBLE_PUMPED)  # Zen 4: 14 rows K floats apart share an 8-way L1 set
     kc = 256
     jb = max(1, min(4, (512 * 1024) // (K * nr * 4)))
     A = te.placeholder((M, K), name="A")
