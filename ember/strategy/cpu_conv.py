@@ -19,7 +19,10 @@ vector per channel block and a broadcast fit the target's vector registers. The 
 ``tile_oc = 2`` when the output-channel blocks pair up, ``tile_ow`` the largest of 8, 7, 6, 4
 dividing the output width (else 8, with a tail), capped by the registers; an odd number of
 blocks on a target with 32 vector registers takes three blocks x 7 columns, or one block over
-several rows (:func:`odd_channel_tiles`).
+several rows (:func:`odd_channel_tiles`). On a target with 16 (AVX2) the cap of a block of
+several channel blocks counts a broadcast per column too (2 x 6 and 2 x 7 spilled: 2.1-2.5x
+slower), and where no pair of blocks fits a dividing run of columns (14 or 7 columns) one
+block takes the widest dividing run of at least 7.
 
 **The packed convolution GEMM** (NCHW, what runs when the layout pass is off or a convolution is
 not placed: grouped convolutions, other dtypes):
@@ -148,6 +151,13 @@ TILE_OC_VALUES = (1, 2, 3, 4, 5, 6, 7, 8)
 ODD_TRIPLE_REGISTERS = 26
 ODD_ROWS_REGISTERS = 30
 TILE_OW_ROWS = (28, 16, 14, 12, 8, 7)
+# The defaults on a target with 16 vector registers (AVX2) count the broadcasts: a register block
+# of ``tile_oc > 1`` channel blocks x ``tile_ow`` columns holds ``tile_oc * tile_ow``
+# accumulators, the ``tile_ow`` broadcast inputs (LLVM loads each once and reuses it across the
+# channel blocks, the weight vectors folded into the FMAs as memory operands) and a weight. 2 x 6
+# and 2 x 7 blocks spill: measured one thread, Zen 4 at ``-mcpu=haswell``, 1024 -> 512 channels
+# 1x1 at 7x7 1129 us with 2 x 6 (+ a tail column), 538 with 1 x 7, 534 with 2 x 4; 64 -> 384 at
+# 14x14 210 us with 2 x 6, 127 with 1 x 14 (AVX-512, 2 x 7 of 16-channel vectors: 130).
 
 
 def odd_channel_tiles(mb: int, oh: int, ow: int, vecs: int) -> tuple[int, int, int] | None:
@@ -193,9 +203,23 @@ def conv_nchwc_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
     def need(oc: int, tw: int, th: int = 1) -> int:
         return oc * th * tw * vecs + oc * vecs + 1
 
-    tw = next((t for t in TILE_OW_PREFERRED if ow % t == 0 and need(toc, t) <= nregs), None)
+    def fits(oc: int, tw: int) -> bool:
+        # 16 registers (AVX2): with several channel blocks LLVM keeps each column's broadcast live
+        # across them (the weight vectors become memory operands), so the block holds its
+        # accumulators, ``tw`` broadcasts and a weight (measured: the comment after TILE_OW_ROWS)
+        if need(oc, tw) > nregs:
+            return False
+        return nregs >= 32 or oc == 1 or oc * tw * vecs + tw + 1 <= nregs
+
+    tw = next((t for t in TILE_OW_PREFERRED if ow % t == 0 and fits(toc, t)), None)
+    if tw is None and nregs < 32 and not depthwise:
+        # no pair of blocks fits a dividing run of columns (14 and 7 columns): one channel block
+        # over the widest dividing run of at least 7 columns
+        wide = [t for t in TILE_OW_VALUES if t >= 7 and ow % t == 0 and fits(1, t)]
+        if wide:
+            toc, tw = 1, max(wide)
     if tw is None:
-        tw = max(t for t in TILE_OW_VALUES if t <= max(1, min(ow, 8)) and need(toc, t) <= nregs)
+        tw = max(t for t in TILE_OW_VALUES if t <= max(1, min(ow, 8)) and fits(toc, t))
     th = 1
     odd = None if depthwise or nregs < 32 else odd_channel_tiles(ob, oh, ow, vecs)
     if odd is not None:
