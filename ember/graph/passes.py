@@ -256,11 +256,13 @@ class Group:
         return "_".join(dict.fromkeys(n.op.lower() for n in self.nodes))[:48]
 
 
-def fuse(graph: Graph, enabled: bool = True) -> list[Group]:
+def fuse(graph: Graph, enabled: bool = True, product_tails: bool = False) -> list[Group]:
     """Partition the nodes into kernels, as TVM's FuseOps: an injective node joins the group of
     its single consumer (inlined into it), and injective consumers join their producer's
     group as its epilogue. A group holds at most one non-injective node; convolutions and matrix
-    products take only epilogues."""
+    products take only epilogues. ``product_tails`` (the CPU targets, whose products compute in
+    their reader's store): an all-injective group that reads a product group's otherwise-unread
+    result several times (an exported GELU, ``x * 0.5 * (1 + erf(x / sqrt 2))``) joins it too."""
     nodes = graph.nodes
     group_of: dict[int, int] = {}
     groups: list[list[Node]] = []
@@ -335,7 +337,7 @@ def fuse(graph: Graph, enabled: bool = True) -> list[Group]:
             groups[target].append(node)
             group_of[id(node)] = target
     if enabled:
-        groups = _merge_injective_tails(groups, cons, prod, outputs, pattern)
+        groups = _merge_injective_tails(groups, cons, prod, outputs, pattern, product_tails)
     result = []
     for gnodes in groups:
         produced = {o for n in gnodes for o in n.outputs if o}
@@ -358,6 +360,7 @@ def _merge_injective_tails(
     prod: dict[str, Node],
     outputs: set[str],
     pattern: Callable[[Node], str],
+    product_tails: bool = False,
 ) -> list[list[Node]]:
     """``groups`` with each all-injective group that reads computed values of a reduction group
     (one holding no product or opaque node), values that no third group reads, moved into that
@@ -365,8 +368,17 @@ def _merge_injective_tails(
     ``s`` (two readers of ``s``, so the one-reader epilogue rule of :func:`fuse` leaves it a
     kernel of its own) runs in the Softmax's kernel. The tail's other inputs may come from any
     group that does not depend on the reduction's (so no cycle forms). Groups keep their nodes in
-    topological order."""
+    topological order. With ``product_tails`` the reduction may also be a matrix product
+    (``MatMul``/``Gemm``: one heavy node, the rest injective)."""
     owner = {id(n): gi for gi, g in enumerate(groups) for n in g}
+
+    def takes_tail(g: list[Node]) -> bool:
+        kinds = [pattern(n) for n in g]
+        if any(k == "reduce" for k in kinds) and all(k in ("injective", "reduce") for k in kinds):
+            return True
+        heavy = [n for n in g if pattern(n) != "injective"]
+        return (product_tails and len(heavy) == 1 and heavy[0].op in ("MatMul", "Gemm")
+                and pattern(heavy[0]) != "opaque")
 
     def depends(a: int, b: int) -> bool:
         seen, stack = set(), [a]
@@ -393,8 +405,7 @@ def _merge_injective_tails(
                 if p is not None and id(p) not in members:
                     reads.setdefault(owner[id(p)], set()).add(i)
         cands = [gi for gi, vals in reads.items()
-                 if gi not in merged and any(pattern(n) == "reduce" for n in groups[gi])
-                 and all(pattern(n) in ("injective", "reduce") for n in groups[gi])
+                 if gi not in merged and takes_tail(groups[gi])
                  and not any(v in outputs for v in vals)
                  and all(owner[id(c)] in (gi, hi) for v in vals for c in cons.get(v, []))]
         if len(cands) != 1:
@@ -505,7 +516,8 @@ class FusedGraph:
 
 
 class Fuse(Pass):
-    """:func:`fuse` as a pass: ``Graph -> FusedGraph``. ``Fuse(enabled=True)``.
+    """:func:`fuse` as a pass: ``Graph -> FusedGraph``. ``Fuse(enabled=True, product_tails=False)``
+    (``product_tails``: see :func:`fuse`; the model compiler sets it for CPU targets).
 
     Not part of :func:`default_graph_pipeline` (its output is not a graph): the model compiler runs
     it on the pipeline's result. Skipped (disabled, or ``opt_level`` 0) it still gives a
@@ -518,13 +530,14 @@ class Fuse(Pass):
         "every node in exactly one group, groups topologically ordered, at most one non-injective node each"
     )
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, product_tails: bool = False) -> None:
         self.enabled = enabled
+        self.product_tails = product_tails
 
     def transform(self, ir: Any, ctx: PassContext) -> FusedGraph:
         """The graph with its fusion groups."""
         g = need_graph(self, ir)
-        return FusedGraph(g, fuse(g, enabled=self.enabled))
+        return FusedGraph(g, fuse(g, enabled=self.enabled, product_tails=self.product_tails))
 
     def skip(self, ir: Any) -> FusedGraph:
         """The graph with one group per node."""

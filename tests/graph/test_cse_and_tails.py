@@ -105,3 +105,45 @@ def test_fused_tail_and_shared_mask_match_onnxruntime(rng, rows, width) -> None:
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=1e-7)
+
+
+def _gelu_model(m: int, k: int, n: int, rng: np.random.Generator) -> onnx.ModelProto:
+    """``MatMul(x, W) + b`` then an exported exact GELU: ``y * 0.5 * (1 + erf(y / sqrt 2))``
+    (the product's result read by ``Div`` and by ``Mul``)."""
+    inits = [nh.from_array((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), "W"),
+             nh.from_array(rng.standard_normal(n).astype(np.float32), "b"),
+             nh.from_array(np.array(np.sqrt(2.0), np.float32), "sqrt2"),
+             nh.from_array(np.array(1.0, np.float32), "one"), nh.from_array(np.array(0.5, np.float32), "half")]
+    nodes = [h.make_node("MatMul", ["x", "W"], ["p"]), h.make_node("Add", ["p", "b"], ["y"]),
+             h.make_node("Div", ["y", "sqrt2"], ["d"]), h.make_node("Erf", ["d"], ["e"]),
+             h.make_node("Add", ["e", "one"], ["e1"]), h.make_node("Mul", ["y", "e1"], ["g"]),
+             h.make_node("Mul", ["g", "half"], ["out"])]
+    graph = h.make_graph(nodes, "gelu", [h.make_tensor_value_info("x", T.FLOAT, [m, k])],
+                         [h.make_tensor_value_info("out", T.FLOAT, [m, n])], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize("m,k,n", [(7, 33, 70), (37, 64, 130)])
+def test_gelu_after_a_product_runs_in_its_kernel_on_the_cpu(m, k, n, rng) -> None:
+    model_proto = _gelu_model(m, k, n, rng)
+    model = ember.compile(model_proto)
+    assert model.num_kernels == 1  # product, bias and GELU in one kernel
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    model.run({"x": x}, outputs=[out])
+    # float64 reference; float32 products of k terms and a float32 erf: 1e-5 relative to |y|
+    from math import erf
+    y = x.astype(np.float64) @ nh.to_array(model_proto.graph.initializer[0]).astype(np.float64) \
+        + nh.to_array(model_proto.graph.initializer[1])
+    want = y * 0.5 * (1 + np.vectorize(erf)(y / np.sqrt(2.0)))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(y).max())
+    sess = ort.InferenceSession(model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(out, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5 * np.abs(y).max())
+
+
+def test_gelu_after_a_product_stays_a_kernel_of_its_own_on_gpus(rng) -> None:
+    from ember.frontend.onnx import import_onnx
+
+    g = optimize(import_onnx(_gelu_model(7, 33, 70, rng)))
+    assert len(fuse(g)) == 2  # product_tails off: what GPU targets get
+    assert len(fuse(g, product_tails=True)) == 1
