@@ -203,20 +203,25 @@ def conv_nchwc_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
     def need(oc: int, tw: int, th: int = 1) -> int:
         return oc * th * tw * vecs + oc * vecs + 1
 
-    def fits(oc: int, tw: int) -> bool:
+    def held(oc: int, tw: int, th: int = 1) -> int:
         # 16 registers (AVX2): with several channel blocks LLVM keeps each column's broadcast live
         # across them (the weight vectors become memory operands), so the block holds its
-        # accumulators, ``tw`` broadcasts and a weight (measured: the comment after TILE_OW_ROWS)
-        if need(oc, tw) > nregs:
-            return False
-        return nregs >= 32 or oc == 1 or oc * tw * vecs + tw + 1 <= nregs
+        # accumulators, ``th * tw`` broadcasts and a weight (measured: the comment after
+        # TILE_OW_ROWS)
+        return oc * th * tw * vecs + (th * tw if oc > 1 else vecs) + 1
+
+    def fits(oc: int, tw: int) -> bool:
+        return held(oc, tw) <= nregs if nregs < 32 else need(oc, tw) <= nregs
 
     tw = next((t for t in TILE_OW_PREFERRED if ow % t == 0 and fits(toc, t)), None)
     if tw is None and nregs < 32 and not depthwise:
-        # no pair of blocks fits a dividing run of columns (14 and 7 columns): one channel block
-        # over the widest dividing run of at least 7 columns
+        # no pair of blocks fits a dividing run of columns (14 and 7 columns): four blocks x 3
+        # columns (with a tail) where the blocks divide by four, else one block over the widest
+        # dividing run of at least 7 columns
         wide = [t for t in TILE_OW_VALUES if t >= 7 and ow % t == 0 and fits(1, t)]
-        if wide:
+        if ob % 4 == 0 and ow >= 3 and fits(4, 3):
+            toc, tw = 4, 3
+        elif wide:
             toc, tw = 1, max(wide)
     if tw is None:
         tw = max(t for t in TILE_OW_VALUES if t <= max(1, min(ow, 8)) and fits(toc, t))
@@ -231,7 +236,7 @@ def conv_nchwc_space(op: te.ComputeOp, strategy: CPUStrategy) -> ConfigSpace:
 
     def registers(cfg: ConfigEntity) -> str | None:
         oc, th, tw_ = cfg["tile_oc"].val, cfg["tile_oh"].val, cfg["tile_ow"].val
-        n = need(oc, tw_, th)
+        n = need(oc, tw_, th) if nregs >= 32 else min(need(oc, tw_, th), held(oc, tw_, th))
         if n > nregs:
             return (f"a {oc} x {th} x {tw_} block of {vb}-channel vectors needs {n} vector registers, the target "
                     f"has {nregs}")

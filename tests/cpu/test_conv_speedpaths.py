@@ -271,25 +271,30 @@ def test_odd_channel_block_defaults_match_float64(rng, xs, m, expect):
     np.testing.assert_allclose(got, conv2d_ref(x, w, b), **TOL)
 
 
+HSW = "llvm -mcpu=haswell"
+
+
 @pytest.mark.parametrize(
-    "target, xs, ks, strides, pads, expect",
+    "target, xs, m, ks, strides, pads, expect",
     [
-        pytest.param("llvm -mcpu=haswell", (1, 21, 14, 14), 1, (1, 1), (0, 0, 0, 0), (1, 1, 14), id="avx2-14x14"),
-        pytest.param("llvm -mcpu=haswell", (1, 19, 7, 7), 1, (1, 1), (0, 0, 0, 0), (1, 1, 7), id="avx2-7x7"),
-        pytest.param("llvm -mcpu=haswell", (1, 11, 14, 14), 3, (2, 2), (1, 1, 1, 1), (1, 1, 7), id="avx2-3x3-s2"),
-        pytest.param("llvm -mcpu=haswell", (1, 13, 28, 28), 1, (1, 1), (0, 0, 0, 0), (2, 1, 4), id="avx2-28x28"),
-        pytest.param("llvm -mcpu=skylake-avx512", (1, 21, 14, 14), 1, (1, 1), (0, 0, 0, 0), (2, 1, 7),
+        pytest.param(HSW, (1, 21, 14, 14), 32, 1, (1, 1), (0, 0, 0, 0), (4, 1, 3), id="avx2-4-blocks-14x14"),
+        pytest.param(HSW, (1, 19, 7, 7), 32, 1, (1, 1), (0, 0, 0, 0), (4, 1, 3), id="avx2-4-blocks-7x7"),
+        pytest.param(HSW, (1, 11, 28, 28), 32, 3, (2, 2), (1, 1, 1, 1), (4, 1, 3),
+                     id="avx2-4-blocks-3x3-s2"),
+        pytest.param(HSW, (1, 21, 14, 14), 16, 1, (1, 1), (0, 0, 0, 0), (1, 1, 14), id="avx2-2-blocks-14x14"),
+        pytest.param(HSW, (1, 19, 7, 7), 48, 1, (1, 1), (0, 0, 0, 0), (1, 1, 7), id="avx2-6-blocks-7x7"),
+        pytest.param(HSW, (1, 13, 28, 28), 32, 1, (1, 1), (0, 0, 0, 0), (2, 1, 4), id="avx2-28x28"),
+        pytest.param("llvm -mcpu=skylake-avx512", (1, 21, 14, 14), 32, 1, (1, 1), (0, 0, 0, 0), (2, 1, 7),
                      id="avx512-14x14"),
     ],
 )
-def test_even_channel_block_defaults_match_float64(rng, target, xs, ks, strides, pads, expect):
+def test_even_channel_block_defaults_match_float64(rng, target, xs, m, ks, strides, pads, expect):
     """An even number of output blocks: two blocks x a dividing run of columns where it fits the
     registers; on a 16-register target (AVX2) a pair of blocks holds a broadcast per column too,
-    so at 14 and 7 columns (no pair fits a dividing run) one block takes all the columns. The
-    result matches float64 (32 output channels: 4 blocks of 8 or 2 of 16; input channels no
-    block divides)."""
+    so at 14 and 7 columns (no pair fits a dividing run) four blocks take 3 columns (a tail
+    column or two), else one block takes all the columns. The result matches float64 (input
+    channels no block divides)."""
     _skip_unless_runnable(target)
-    m = 32
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal((m, xs[1], ks, ks)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
