@@ -21,8 +21,9 @@ dividing the output width (else 8, with a tail), capped by the registers; an odd
 blocks on a target with 32 vector registers takes three blocks x 7 columns, or one block over
 several rows (:func:`odd_channel_tiles`). On a target with 16 (AVX2) the cap of a block of
 several channel blocks counts a broadcast per column too (2 x 6 and 2 x 7 spilled: 2.1-2.5x
-slower), and where no pair of blocks fits a dividing run of columns (14 or 7 columns) one
-block takes the widest dividing run of at least 7.
+slower), and where no pair of blocks fits a dividing run of columns (14 or 7 columns) four
+blocks take 3 columns when the blocks divide by four (a tail column or two), else one block
+takes the widest dividing run of at least 7.
 
 **The packed convolution GEMM** (NCHW, what runs when the layout pass is off or a convolution is
 not placed: grouped convolutions, other dtypes):
