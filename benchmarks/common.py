@@ -58,14 +58,10 @@ def interleaved(
 
 
 def _cpuinfo_field(name: str) -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.split(":")[0].strip() == name:
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    """The first ``name`` field of ``/proc/cpuinfo``; empty where there is none (or no such file)."""
+    path = Path("/proc/cpuinfo")
+    lines = path.read_text().splitlines() if path.exists() else []
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.split(":")[0].strip() == name), "")
 
 
 def _cpu_model_name() -> str:

@@ -139,7 +139,7 @@ def _compile_graph(graph: Graph, target: str | Target, fuse_ops: bool, verbose: 
     policy = strategy_for(tgt).layout_policy()
     if policy is not None:  # the target's layouts, then folding of the transformed constants
         g = optimize(AlterLayout(policy)(g), progress, tgt)
-    groups = Fuse(enabled=fuse_ops, product_tails=not tgt.is_gpu)(g).groups
+    groups = Fuse(enabled=fuse_ops, target=tgt)(g).groups
     ahead = _AheadStarter(tgt, jobs)
     try:
         funcs, steps = lower_groups(g, groups, progress, gpu=tgt.is_gpu, target=tgt, tf32=tf32, configs=configs,

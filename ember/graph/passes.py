@@ -516,8 +516,8 @@ class FusedGraph:
 
 
 class Fuse(Pass):
-    """:func:`fuse` as a pass: ``Graph -> FusedGraph``. ``Fuse(enabled=True, product_tails=False)``
-    (``product_tails``: see :func:`fuse`; the model compiler sets it for CPU targets).
+    """:func:`fuse` as a pass: ``Graph -> FusedGraph``. ``Fuse(enabled=True, target=None)``: for a
+    CPU ``target`` with :func:`fuse`'s ``product_tails`` (not there without a target).
 
     Not part of :func:`default_graph_pipeline` (its output is not a graph): the model compiler runs
     it on the pipeline's result. Skipped (disabled, or ``opt_level`` 0) it still gives a
@@ -530,9 +530,10 @@ class Fuse(Pass):
         "every node in exactly one group, groups topologically ordered, at most one non-injective node each"
     )
 
-    def __init__(self, enabled: bool = True, product_tails: bool = False) -> None:
+    def __init__(self, enabled: bool = True, target: str | Target | None = None) -> None:
         self.enabled = enabled
-        self.product_tails = product_tails
+        # products compute in their reader's store on CPU targets, so they can take tails there
+        self.product_tails = target is not None and not Target(target).is_gpu
 
     def transform(self, ir: Any, ctx: PassContext) -> FusedGraph:
         """The graph with its fusion groups."""

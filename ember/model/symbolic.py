@@ -373,7 +373,7 @@ def _add_kernels(probe: _Probe, strategy: Strategy, fuse: bool) -> None:
     :func:`ember.model.group_lowering.lower_groups` builds before it schedules)."""
     g = probe.graph
     packed: dict[tuple[Any, ...], list[str]] = {}
-    for k, gr in enumerate(Fuse(enabled=fuse, product_tails=not strategy.target.is_gpu)(g).groups):
+    for k, gr in enumerate(Fuse(enabled=fuse, target=strategy.target)(g).groups):
         if _group_is_view(gr, g):
             probe.steps.append({"kind": "view", "src": gr.nodes[0].inputs[0], "dst": gr.outputs[0], **_node_info(gr)})
             continue

@@ -172,7 +172,7 @@ def extract_tasks(model: Any, target: str | Target, input_shapes: dict[str, Sequ
     policy = strategy_for(tgt).layout_policy()
     if policy is not None:  # as the model compiler does: the target's layouts, then folding again
         g = default_graph_pipeline(None, tgt)(AlterLayout(policy)(g))
-    groups = Fuse(enabled=fuse, product_tails=not tgt.is_gpu)(g).groups
+    groups = Fuse(enabled=fuse, target=tgt)(g).groups
     collector = _Collector(str(tgt))
     try:
         lower_groups(g, groups, None, gpu=tgt.is_gpu, target=tgt, configs=collector)

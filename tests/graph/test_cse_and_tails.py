@@ -10,7 +10,7 @@ import ember
 from ember.driver import optimize
 from ember.graph import Graph, Node, TensorInfo
 from ember.graph.cse import eliminate_common_subexpressions
-from ember.graph.passes import fuse
+from ember.graph.passes import Fuse, fuse
 
 onnx = pytest.importorskip("onnx", reason="the end-to-end cases build ONNX models")
 ort = pytest.importorskip("onnxruntime", reason="ONNX Runtime is the reference")
@@ -147,3 +147,4 @@ def test_gelu_after_a_product_stays_a_kernel_of_its_own_on_gpus(rng) -> None:
     g = optimize(import_onnx(_gelu_model(7, 33, 70, rng)))
     assert len(fuse(g)) == 2  # product_tails off: what GPU targets get
     assert len(fuse(g, product_tails=True)) == 1
+    assert len(Fuse(target="cuda")(g).groups) == 2 and len(Fuse(target="llvm")(g).groups) == 1
