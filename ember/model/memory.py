@@ -16,13 +16,12 @@ import numpy as np
 
 from ..errors import ArgumentError, EmberError
 from ..ir.dtypes import dtype as as_dtype
-from ..runtime.ndarray import DL_CPU, DL_CUDA_HOST, Device, NDArray
+from ..runtime.ndarray import ALIGN, DL_CPU, DL_CUDA_HOST, Device, NDArray, aligned_empty
 
-#: Byte alignment of the storages of a model's intermediate values on the host: a cache line, so
-#: that no AVX-512 load or store of a vector-aligned element crosses two lines (NumPy's large
-#: arrays start 16 bytes into a page: activations at offsets 16, 32 or 48 of their lines cost
-#: MobileNetV2 and EfficientNet-Lite0 1-3 % of their one-thread time).
-HOST_ALIGN = 64
+#: Byte alignment of the storages of a model's intermediate values on the host (activations at
+#: offsets 16, 32 or 48 of their lines cost MobileNetV2 and EfficientNet-Lite0 1-3 % of their
+#: one-thread time).
+HOST_ALIGN = ALIGN
 
 
 class HostMemory:
@@ -38,14 +37,12 @@ class HostMemory:
         """A byte buffer that the memory plan carves into values, starting at a multiple of
         :data:`HOST_ALIGN` (EmberError when the machine cannot give it)."""
         try:
-            raw = np.empty(max(nbytes, 1) + HOST_ALIGN, dtype=np.uint8)
+            return aligned_empty((max(nbytes, 1),), np.dtype(np.uint8))
         except MemoryError as exc:
             raise EmberError(
                 f"cannot allocate a storage of {nbytes / 2**30:.2f} GiB for the model's intermediate values: "
                 "the machine has not that much memory free"
             ) from exc
-        start = -raw.ctypes.data % HOST_ALIGN
-        return raw[start:start + max(nbytes, 1)]
 
     def view(self, storage: np.ndarray, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """``storage`` seen as an array of ``shape`` and ``dtype`` (no copy)."""

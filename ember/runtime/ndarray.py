@@ -100,13 +100,17 @@ def device(kind: str, index: int = 0) -> Device:
     return Device(kind, index)
 
 
-_ALIGN = 64
+#: Byte alignment of host arrays ember allocates: a cache line, so that no AVX-512 access of a
+#: vector-aligned element crosses two lines.
+ALIGN = 64
 
 
-def _aligned_empty(shape: tuple[int, ...], np_dtype: np.dtype) -> np.ndarray:
+def aligned_empty(shape: tuple[int, ...], np_dtype: np.dtype) -> np.ndarray:
+    """An uninitialised NumPy array of ``shape`` whose data starts at a multiple of :data:`ALIGN`
+    (NumPy's own large arrays start 16 bytes into a page). MemoryError when it cannot be had."""
     nbytes = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
-    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % _ALIGN
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % ALIGN
     return raw[offset : offset + nbytes].view(np_dtype).reshape(shape)
 
 
@@ -225,7 +229,7 @@ def empty(shape: Any, dtype: str = "float32", dev: Device | None = None) -> Any:
         raise ArgumentError(f"empty: negative dimension in shape {shape}")
     if dev.kind != "cpu":
         return dev.driver().empty(shape, dt, dev)
-    return NDArray(_aligned_empty(shape, dt.numpy()), dt, dev)
+    return NDArray(aligned_empty(shape, dt.numpy()), dt, dev)
 
 
 def array(source: Any, dev: Device | None = None, dtype: str | None = None, copy: bool = True) -> Any:
@@ -248,7 +252,7 @@ def array(source: Any, dev: Device | None = None, dtype: str | None = None, copy
         return dev.driver().array(src, dt, dev)
     if not copy and src.flags.c_contiguous and src.dtype == dt.numpy() and src.flags.writeable:
         return NDArray(src, dt, dev)
-    out = _aligned_empty(src.shape, dt.numpy())
+    out = aligned_empty(src.shape, dt.numpy())
     np.copyto(out, src)
     return NDArray(out, dt, dev)
 
