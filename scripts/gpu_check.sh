@@ -61,6 +61,10 @@ run_bench() {
       tail -n 6 "$OUT/tensorcore_models.log" ;;
     torch_backend) $PY benchmarks/torch_backend.py --out "$OUT" > "$OUT/torch_backend.log" 2>&1 || bench_rc=1
       tail -n 20 "$OUT/torch_backend.log" ;;
+    # Every kernel of ember and of torch.compile reduce-overhead per network (CUPTI via torch.profiler).
+    kernel_profile) $PY benchmarks/gpu_kernel_profile.py --out "$OUT" --models "$EMBER_MODEL_DIR" ${PROFILE_ARGS:---fp32} \
+      > "$OUT/kernel_profile.log" 2>&1 || bench_rc=1
+      tail -n 150 "$OUT/kernel_profile.log" ;;
     # Symbolic-batch ResNet-50: one artifact at batch 1 and 8 against the fixed-shape builds (goal <= 1.1x).
     dynamic_shapes) $PY benchmarks/dynamic_shapes.py --target cuda --out "$OUT" --models "$EMBER_MODEL_DIR" \
       > "$OUT/dynamic_shapes.log" 2>&1 || bench_rc=1
