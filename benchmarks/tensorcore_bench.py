@@ -33,7 +33,8 @@ TILES = (TCTile(128, 128, 32, 64, 64), TCTile(128, 256, 32, 64, 128), TCTile(256
 
 WG_TILES = (WGTile(2, 128, 4, 1), WGTile(2, 256, 3, 1), WGTile(2, 256, 4, 1), WGTile(2, 256, 4, 0),
             WGTile(2, 128, 6, 1), WGTile(1, 256, 4, 1), WGTile(2, 256, 4, 1, 8), WGTile(2, 256, 4, 1, 16),
-            WGTile(2, 128, 6, 1, 8))
+            WGTile(2, 128, 6, 1, 8), WGTile(2, 256, 4, 1, 8, ws=1), WGTile(2, 256, 3, 1, 8, ws=1),
+            WGTile(2, 256, 4, 1, 0, ws=1), WGTile(2, 128, 6, 1, 8, ws=1), WGTile(2, 256, 4, 1, 16, ws=1))
 
 
 def bench(fn) -> float:
@@ -88,7 +89,8 @@ def main() -> int:
             odt = str(tdt).split(".")[-1]
             try:
                 if isinstance(tile, WGTile):
-                    key = f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}_g{tile.group_m}"
+                    key = (f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}_g{tile.group_m}"
+                           + ("_ws" if tile.ws else ""))
                     func = wgmma_matmul(M, N, K, odt, odt, tile, target=f"cuda -arch={attrs['arch']}",
                                         name=f"wg_{name}")
                     f = ember.build(func, target="cuda")

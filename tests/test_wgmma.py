@@ -85,6 +85,9 @@ def test_tile_checks():
     assert WGTile(stages=2, inflight=1).check(227 * 1024) is not None
     assert WGTile().smem_bytes() % ATOM == 0
     assert WGTile(group_m=-1).check(227 * 1024) is not None
+    assert WGTile(ws=1).threads == 384 and WGTile(1, ws=1).threads == 256
+    assert "inflight=1" in WGTile(2, 128, 4, 0, ws=1).check(227 * 1024)
+    assert WGTile(ws=2).check(227 * 1024) is not None and WGTile(ws=1, sms=0).check(227 * 1024) is not None
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
@@ -109,7 +112,9 @@ def test_unsupported_shapes_and_types():
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
 @pytest.mark.parametrize("tile,b_t,dt", [(WGTile(), False, "float16"), (WGTile(2, 256, 4, 1), False, "bfloat16"),
-                                         (WGTile(1, 64, 3, 0), True, "float16")])
+                                         (WGTile(1, 64, 3, 0), True, "float16"),
+                                         (WGTile(2, 256, 4, 1, 8, ws=1), False, "float16"),
+                                         (WGTile(1, 128, 3, 1, 0, ws=1, sms=7), True, "bfloat16")])
 def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
     f = ember.build(wgmma_matmul(200, 136, 104, dt, "float32", tile, b_t), target="cuda -arch=sm_90",
                     cache_dir=tmp_path)
@@ -124,6 +129,11 @@ def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
         assert instr in ptx
     log = dev.get_source("ptxas")
     assert "sm_90a" in log and "spill stores" in log and " 0 bytes spill stores" in log
+    if tile.ws:  # roles synchronise through mbarriers: one block barrier (after their set-up) in all
+        assert ptx.count("bar.sync") == 1 and f".maxntid {tile.threads}, 1, 1" in ptx
+        for instr in ("mbarrier.init.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64",
+                      "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "mbarrier.arrive.shared::cta.b64"):
+            assert instr in ptx
 
 
 def test_codegen_refuses_wgmma_below_sm90():

@@ -60,6 +60,11 @@ class WGTile:
     stages: int = 4
     inflight: int = 1
     group_m: int = 0
+    #: 1: the warp-specialised persistent kernel (:mod:`ember.lowering.wgmma_ws`: a producer
+    #: warpgroup copying, ``warpgroups`` consumer warpgroups multiplying, mbarriers between them)
+    ws: int = 0
+    #: blocks the persistent (``ws``) kernel launches at most: the GPU's multiprocessors
+    sms: int = 132
 
     @property
     def bm(self) -> int:
@@ -68,8 +73,8 @@ class WGTile:
 
     @property
     def threads(self) -> int:
-        """Threads per block."""
-        return 128 * self.warpgroups
+        """Threads per block (with ``ws``, the producer warpgroup's 128 more)."""
+        return 128 * (self.warpgroups + (1 if self.ws else 0))
 
     def smem_bytes(self) -> int:
         """Shared memory the staged slots take (plus one atom for aligning the base)."""
@@ -83,6 +88,10 @@ class WGTile:
             return f"bn={self.bn} (64, 128 or 256)"
         if self.inflight not in (0, 1) or not self.inflight + 2 <= self.stages <= 8:
             return f"{self.stages} stages with {self.inflight} groups in flight (needs 2 + inflight to 8 stages)"
+        if self.ws not in (0, 1) or self.sms < 1:
+            return f"ws={self.ws}, sms={self.sms} (ws 0 or 1, at least one multiprocessor)"
+        if self.ws and self.inflight != 1:
+            return "the warp-specialised kernel keeps one wgmma group in flight (inflight=1)"
         if self.group_m < 0:
             return f"group_m={self.group_m} (0: a 2-D grid, or a positive number of block rows)"
         if self.smem_bytes() > smem_limit:
@@ -181,6 +190,10 @@ def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype
     if max(M * K, K * N, M * N) >= 2**31:
         raise ScheduleError(f"the wgmma GEMM indexes with 32-bit integers: {M} x {N} x {K} has an operand of 2^31 "
                             "elements or more; split the product")
+    if t.ws:
+        from .wgmma_ws import ws_gemm_func
+
+        return ws_gemm_func(M, N, K, in_dtype, out_dtype, t, b_transposed, name, target, bias, relu)
     idt, odt = as_dtype(in_dtype), as_dtype(out_dtype)
     A = Buffer("A", idt, (E.const(M), E.const(K)))
     B = Buffer("B", idt, (E.const(N), E.const(K)) if b_transposed else (E.const(K), E.const(N)))

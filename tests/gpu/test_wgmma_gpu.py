@@ -67,7 +67,11 @@ def test_wgmma_gemm(hopper, tmp_path, M, N, K, dt, b_t):
 
 
 TILES = [WGTile(2, 256, 4, 1), WGTile(1, 128, 3, 0), WGTile(2, 64, 2, 0), WGTile(1, 256, 4, 1), WGTile(1, 64, 3, 1),
-         WGTile(2, 128, 4, 1, 3), WGTile(2, 256, 4, 1, 8)]
+         WGTile(2, 128, 4, 1, 3), WGTile(2, 256, 4, 1, 8),
+         # warp-specialised persistent kernels; sms=3 makes every block walk several tiles (333 x 264
+         # is 3 x 2 to 6 x 5 tiles), so slots and mbarrier phases carry across tiles
+         WGTile(2, 256, 4, 1, 8, ws=1, sms=3), WGTile(1, 128, 3, 1, 0, ws=1, sms=2),
+         WGTile(2, 64, 2, 1, 2, ws=1, sms=5)]
 
 
 @pytest.mark.parametrize("tile", TILES)
@@ -95,6 +99,13 @@ def test_tensorcore_gemm_on_this_gpu(hopper, tmp_path):
     f(ember.nd.array(a, hopper, dtype="bfloat16"), ember.nd.array(b, hopper, dtype="bfloat16"), c)
     a64, b64 = _seen("bfloat16", a), _seen("bfloat16", b)
     assert (np.abs(c.numpy() - a64 @ b64) <= 2.0**-20 * (np.abs(a64) @ np.abs(b64))).all()
+
+
+@pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (17, 24, 40), (300, 520, 4104)])
+@pytest.mark.parametrize("b_t", [False, True])
+def test_wgmma_ws_gemm(hopper, tmp_path, M, N, K, b_t):
+    """The warp-specialised persistent kernel at sizes no tile divides, bfloat16, float16 output."""
+    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, WGTile(2, 256, 4, 1, 8, ws=1), out_dtype="float16")
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "float16"])

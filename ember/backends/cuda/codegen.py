@@ -191,7 +191,7 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
                                side_effect=True)
             b.call(asm, [dst, src, self._int_cast(self.expr(size), I32)])
             return ir.Constant(I32, 0)
-        if e.op.startswith(("tc.wgmma", "tc.fence_proxy_async", "tc.shared_addr")):
+        if e.op.startswith(("tc.wgmma", "tc.fence_proxy_async", "tc.shared_addr", "tc.mbar", "tc.cp_async_mbar")):
             return self._hopper_call(e)
         if e.op == "tc.cp_async_commit":
             b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}",
@@ -213,7 +213,11 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         (accumulator, A descriptor, B descriptor; ``t1``: B is N-major), ``tc.wgmma_desc:<lbo>:<sbo>``
         (a 128-byte-swizzled shared-memory matrix descriptor of an element's address),
         ``tc.shared_addr`` (an element's shared-memory address), ``tc.wgmma_fence``,
-        ``tc.wgmma_commit``, ``tc.wgmma_wait:<n>`` and ``tc.fence_proxy_async``."""
+        ``tc.wgmma_commit``, ``tc.wgmma_wait:<n>`` and ``tc.fence_proxy_async``; and the mbarrier
+        calls of :mod:`ember.lowering.wgmma_ws` (each names the barrier as a shared ``uint64``
+        element): ``tc.mbar_init:<count>``, ``tc.mbar_init_fence``, ``tc.mbar_arrive``,
+        ``tc.mbar_wait`` (barrier, parity: spins until the phase of that parity completed) and
+        ``tc.cp_async_mbar_arrive`` (arrive once this thread's earlier ``cp.async`` copies landed)."""
         from ...lowering.wgmma import SWIZZLE_128B
 
         b = self.builder
@@ -238,6 +242,10 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             return self._void_asm(f"wgmma.wait_group.sync.aligned {int(e.op[len('tc.wgmma_wait:'):])};")
         if e.op == "tc.fence_proxy_async":
             return self._void_asm("fence.proxy.async.shared::cta;")
+        if e.op == "tc.mbar_init_fence":
+            return self._void_asm("fence.mbarrier_init.release.cluster;")
+        if e.op.startswith(("tc.mbar", "tc.cp_async_mbar")):
+            return self._mbarrier_call(e)
         if e.op.startswith("tc.wgmma:"):
             shape, ty, tb = e.op[len("tc.wgmma:"):].split(".")
             n = int(shape[shape.index("n") + 1:shape.index("k")])
@@ -254,6 +262,25 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             self.store_words(acc, [b.extract_value(res, i) for i in range(nc)])
             return ir.Constant(I32, 0)
         raise CodegenError(f"unknown Hopper intrinsic {e.op}")
+
+    def _mbarrier_call(self, e: Any) -> ir.Value:
+        b = self.builder
+        addr = b.trunc(b.ptrtoint(self.operand_ptr(e.args[0]), ir.IntType(64)), I32)
+        if e.op.startswith("tc.mbar_init:"):
+            text, args = f"mbarrier.init.shared::cta.b64 [$0], {int(e.op[len('tc.mbar_init:'):])};", [addr]
+        elif e.op == "tc.mbar_arrive":
+            text, args = "mbarrier.arrive.shared::cta.b64 _, [$0];", [addr]
+        elif e.op == "tc.cp_async_mbar_arrive":
+            text, args = "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];", [addr]
+        elif e.op == "tc.mbar_wait":
+            text = ("{ .reg .pred done; WAIT: mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1; "
+                    "@!done bra WAIT; }")
+            args = [addr, self._int_cast(self.expr(e.args[1]), I32)]
+        else:
+            raise CodegenError(f"unknown mbarrier intrinsic {e.op}")
+        fty = ir.FunctionType(ir.VoidType(), [I32] * len(args))
+        b.call(ir.InlineAsm(fty, text, ",".join(["r"] * len(args)) + ",~{memory}", side_effect=True), args)
+        return ir.Constant(I32, 0)
 
     # hardware approximations used by the fallback math (scalar float32)
     def hw_exp2(self, x: ir.Value) -> ir.Value:

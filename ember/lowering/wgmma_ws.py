@@ -1,0 +1,201 @@
+"""The warp-specialised, persistent variant of the Hopper ``wgmma`` GEMM (:mod:`ember.lowering.wgmma`).
+
+The plain kernel has every thread both copy operands (``cp.async``) and multiply, with a block
+barrier before each refill: the copies of chunk ``k + P`` and the tensor-core work of chunk ``k``
+take turns in the same warps, and all warps stop at the barrier once per chunk. This variant
+splits the roles, the way CUTLASS's warp-specialised Hopper kernels do:
+
+* warpgroup 0 (128 threads) is the **producer**: it only issues ``cp.async`` copies into
+  ``stages`` shared-memory slots (same swizzled layouts as the plain kernel), each slot guarded by
+  two ``mbarrier`` objects — ``full[s]`` (128 arrivals: every producer thread's
+  ``cp.async.mbarrier.arrive.noinc``, which fires when that thread's copies so far have landed)
+  and ``empty[s]`` (one arrival per consumer warpgroup);
+* warpgroups 1 .. ``warpgroups`` are **consumers**: each waits on ``full[s]``, issues its four
+  ``m64nNk16`` instructions for 64 rows, and once the chunk before has retired
+  (``wgmma.wait_group 1``) one thread per warpgroup arrives on that chunk's ``empty`` barrier;
+* the kernel is **persistent**: ``min(tiles, sms)`` blocks walk the output tiles
+  (``tile = block + i * blocks``, in the same grouped order as the plain kernel), so the producer
+  fetches the next tile's first chunks while the consumers run the previous tile's epilogue.
+
+No block barrier is executed after the ``mbarrier`` set-up. The phase bookkeeping: chunk ``it``
+(counted over the block's whole run) uses slot ``it % stages`` in phase ``(it / stages) % 2``;
+consumers wait for that parity on ``full``, the producer for the opposite parity on ``empty``
+(a fresh barrier counts the phase before its first as complete, so the first round passes).
+
+Facts used (PTX ISA 8.x, "Parallel Synchronization and Communication Instructions: mbarrier"):
+``mbarrier.init.shared::cta.b64 [a], n`` sets the expected arrivals; ``mbarrier.try_wait.parity``
+returns whether the phase of the given parity has completed; ``cp.async.mbarrier.arrive.noinc``
+makes the barrier track the executing thread's earlier ``cp.async`` operations and counts as one
+of the expected arrivals when they complete; labels inside ``{ }`` in PTX are local to the block.
+"""
+
+from __future__ import annotations
+
+from ..errors import ScheduleError
+from ..ir import expr as E
+from ..ir import stmt as S
+from ..ir.buffer import Buffer
+from ..ir.dtypes import INT32
+from ..ir.dtypes import dtype as as_dtype
+from .wgmma import ATOM, BK, WGTile, xor3
+
+#: threads of the producer warpgroup
+PRODUCER = 128
+
+
+def _call(op: str, *args: E.PrimExpr, dt: str = "int32") -> E.Call:
+    return E.Call(as_dtype(dt), op, tuple(args))
+
+
+def _ev(op: str, *args: E.PrimExpr) -> S.Stmt:
+    return S.Evaluate(_call(op, *args))
+
+
+def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile, b_transposed: bool,
+                 name: str, target: str, bias: bool, relu: bool) -> S.PrimFunc:
+    """The lowered warp-specialised persistent kernel ``name(A, B[, bias], C)`` (module doc) for
+    ``C = A @ B``; arguments as :func:`ember.lowering.wgmma.wgmma_gemm_func`, which checks them and
+    calls this for tiles with ``t.ws`` set."""
+    idt, odt = as_dtype(idt_name), as_dtype(odt_name)
+    A = Buffer("A", idt, (E.const(M), E.const(K)))
+    B = Buffer("B", idt, (E.const(N), E.const(K)) if b_transposed else (E.const(K), E.const(N)))
+    C = Buffer("C", odt, (E.const(M), E.const(N)))
+    bias_buf = Buffer("bias", odt, (E.const(N),)) if bias else None
+    bm, bn, stages = t.bm, t.bn, t.stages
+    consumers = t.warpgroups
+    nthr = PRODUCER * (consumers + 1)
+    a_elems, b_elems = bm * BK, bn * BK
+    slot = a_elems + b_elems
+    smem = Buffer("wg_smem", idt, (E.const(slot * stages + ATOM // 2),), (), "shared")
+    bars = Buffer("wg_bars", as_dtype("uint64"), (E.const(2 * stages),), (), "shared")
+    acc = Buffer("wg_acc", as_dtype("float32"), (E.const(bn // 2),), (), "local")
+    nk = -(-K // BK)
+    mt, nt = -(-M // bm), -(-N // bn)
+    tiles = mt * nt
+    grid = max(1, min(tiles, t.sms))
+
+    blk, tx = E.Var("blk", INT32), E.Var("tx", INT32)
+    i, kc = E.Var("ti", INT32), E.Var("kc", INT32)
+    base = E.Var("wg_base", INT32)
+    tile = blk + i * grid
+    if t.group_m:
+        per = t.group_m * nt
+        first = (tile // per) * t.group_m
+        size = E.min_expr(mt - first, t.group_m)
+        by, bx = first + (tile % per) % size, (tile % per) // size
+    else:
+        by, bx = tile // nt, tile % nt
+    m0, n0 = by * bm, bx * bn
+    it = i * nk + kc
+    slot_of, phase_of = it % stages, (it // stages) % 2
+
+    def smem_ref(off: E.PrimExpr | int) -> E.BufferLoad:
+        return E.BufferLoad(smem, (base + off,), idt)
+
+    def bar(idx: E.PrimExpr | int) -> E.BufferLoad:
+        return E.BufferLoad(bars, (E.const(idx) if isinstance(idx, int) else idx,), bars.dtype)
+
+    def full(s: E.PrimExpr | int) -> E.BufferLoad:
+        return bar(s)
+
+    def empty(s: E.PrimExpr | int) -> E.BufferLoad:
+        return bar(s + stages if isinstance(s, int) else s + E.const(stages))
+
+    # -- producer: warpgroup 0, thread p = tx (0..127) ---------------------------------------------------------
+    def copy16(dst_off: E.PrimExpr, buf: Buffer, src_idx: E.PrimExpr, ok: E.PrimExpr) -> S.Stmt:
+        size = E.select(ok, E.const(16), E.const(0))
+        src = E.BufferLoad(buf, (E.select(ok, src_idx, E.const(0)),), idt)
+        return _ev("tc.cp_async:16", smem_ref(dst_off), src, size)
+
+    def kmajor_copies(buf: Buffer, rows: int, row0: E.PrimExpr, nrows: int, k0: E.PrimExpr,
+                      dst0: E.PrimExpr) -> list[S.Stmt]:
+        out = []
+        c = tx % 8
+        for r_i in range(rows * 8 // PRODUCER):
+            r = tx // 8 + r_i * (PRODUCER // 8)
+            ok = E.logical_and(row0 + r < nrows, k0 + c * 8 < K)
+            out.append(copy16(dst0 + r * 64 + xor3(c, r % 8) * 8, buf, (row0 + r) * K + k0 + c * 8, ok))
+        return out
+
+    def nmajor_copies(k0: E.PrimExpr, dst0: E.PrimExpr) -> list[S.Stmt]:
+        out = []
+        per_row = bn // 8
+        cc = tx % per_row
+        c = cc % 8
+        for r_i in range(BK * per_row // PRODUCER):
+            k = tx // per_row + r_i * (PRODUCER // per_row)
+            ok = E.logical_and(k0 + k < K, n0 + cc * 8 < N)
+            dst = dst0 + (cc // 8) * 4096 + k * 64 + xor3(c, k % 8) * 8
+            out.append(copy16(dst, B, (k0 + k) * N + n0 + cc * 8, ok))
+        return out
+
+    s0 = slot_of * slot
+    k0 = kc * BK
+    copies = kmajor_copies(A, bm, m0, M, k0, s0)
+    copies += kmajor_copies(B, bn, n0, N, k0, s0 + a_elems) if b_transposed else nmajor_copies(k0, s0 + a_elems)
+    producer_step = S.seq(
+        _ev("tc.mbar_wait", empty(slot_of), 1 - phase_of),
+        *copies,
+        _ev("tc.cp_async_mbar_arrive", full(slot_of)),
+    )
+    my_tiles = (tiles - blk + (grid - 1)) // grid
+    producer = S.For(i, E.const(0), my_tiles, S.ForKind.SERIAL,
+                     S.For(kc, E.const(0), E.const(nk), S.ForKind.SERIAL, producer_step, "", ()), "", ())
+
+    # -- consumers: warpgroups 1.., thread q = tx - 128 --------------------------------------------------------
+    q = tx - PRODUCER
+    wg = q // 128
+    lane_t = q % 128
+    trans_b = 0 if b_transposed else 1
+    instr = f"m64n{bn}k16.{'f16' if idt_name == 'float16' else 'bf16'}.t{trans_b}"
+    mma = [_ev("tc.mbar_wait", full(slot_of), phase_of), _ev("tc.fence_proxy_async"), _ev("tc.wgmma_fence")]
+    for kk in range(BK // 16):
+        da = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + wg * 64 * 64 + kk * 16), dt="uint64")
+        if b_transposed:
+            db = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + a_elems + kk * 16), dt="uint64")
+        else:
+            db = _call("tc.wgmma_desc:8192:1024", smem_ref(s0 + a_elems + kk * 16 * 64), dt="uint64")
+        mma.append(_ev(f"tc.wgmma:{instr}", E.BufferLoad(acc, (E.const(0),), acc.dtype), da, db))
+    prev = (it + (stages - 1)) % stages  # slot of chunk it - 1
+    mma += [_ev("tc.wgmma_commit"), _ev("tc.wgmma_wait:1"),
+            S.IfThenElse(E.logical_and(kc > 0, lane_t == 0), _ev("tc.mbar_arrive", empty(prev)))]
+    last = (i * nk + (nk - 1)) % stages
+    zero = [S.BufferStore(acc, E.const(0.0, "float32"), (E.const(r),)) for r in range(bn // 2)]
+    epi: list[S.Stmt] = []
+    for r in range(bn // 2):
+        row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
+        col = n0 + 8 * (r // 4) + 2 * (lane_t % 4) + r % 2
+        v: E.PrimExpr = E.BufferLoad(acc, (E.const(r),), acc.dtype)
+        if bias_buf is not None:
+            bv = E.BufferLoad(bias_buf, (col,), odt)
+            v = v + (bv if odt == acc.dtype else E.cast(acc.dtype, bv))
+        if relu:
+            v = E.max_expr(v, E.const(0.0, "float32"))
+        val = v if odt == acc.dtype else E.cast(odt, v)
+        epi.append(S.IfThenElse(E.logical_and(row < M, col < N), S.BufferStore(C, val, (row * N + col,))))
+    consumer_tile = S.seq(
+        *zero,
+        S.For(kc, E.const(0), E.const(nk), S.ForKind.SERIAL, S.seq(*mma), "", ()),
+        _ev("tc.wgmma_wait:0"),
+        S.IfThenElse(lane_t == 0, _ev("tc.mbar_arrive", empty(last))),
+        *epi,
+    )
+    consumer = S.Allocate(acc, S.For(i, E.const(0), my_tiles, S.ForKind.SERIAL, consumer_tile, "", ()))
+
+    init = [_ev(f"tc.mbar_init:{PRODUCER}", full(s)) for s in range(stages)]
+    init += [_ev(f"tc.mbar_init:{consumers}", empty(s)) for s in range(stages)]
+    body = S.seq(
+        S.IfThenElse(tx == 0, S.seq(*init, _ev("tc.mbar_init_fence"))),
+        _ev("gpu.barrier"),
+        S.IfThenElse(tx < PRODUCER, producer, consumer),
+    )
+    addr = _call("tc.shared_addr", E.BufferLoad(smem, (E.const(0),), idt))
+    pad = ((ATOM - addr % ATOM) % ATOM) // 2
+    kernel: S.Stmt = S.LetStmt(base, pad, body)
+    kernel = S.Allocate(bars, S.Allocate(smem, S.For(tx, E.const(0), E.const(nthr), S.ForKind.THREAD_BINDING, kernel,
+                                                     "threadIdx.x")))
+    kernel = S.For(blk, E.const(0), E.const(grid), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
+    params = [A, B] + ([bias_buf] if bias_buf is not None else []) + [C]
+    if max(nk * tiles // grid + nk, 0) >= 2**31:
+        raise ScheduleError("the warp-specialised wgmma GEMM counts chunks with 32-bit integers; split the product")
+    return S.PrimFunc(name, params, kernel, {"target": target})
