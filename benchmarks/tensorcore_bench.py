@@ -24,7 +24,7 @@ from common import machine, write_outputs
 
 import ember
 from ember.lowering.wgmma import WGTile
-from ember.strategy.tensorcore import TCTile, tensorcore_matmul, wgmma_matmul
+from ember.strategy.tensorcore import TCTile, tensorcore_matmul, wgmma_matmul, wgmma_tensor_maps
 
 TILES = (TCTile(128, 128, 32, 64, 64), TCTile(128, 256, 32, 64, 128), TCTile(256, 128, 32, 128, 64),
          TCTile(128, 128, 64, 64, 64), TCTile(64, 128, 32, 32, 64), TCTile(64, 64, 64, 32, 32),
@@ -34,7 +34,13 @@ TILES = (TCTile(128, 128, 32, 64, 64), TCTile(128, 256, 32, 64, 128), TCTile(256
 WG_TILES = (WGTile(2, 128, 4, 1), WGTile(2, 256, 3, 1), WGTile(2, 256, 4, 1), WGTile(2, 256, 4, 0),
             WGTile(2, 128, 6, 1), WGTile(1, 256, 4, 1), WGTile(2, 256, 4, 1, 8), WGTile(2, 256, 4, 1, 16),
             WGTile(2, 128, 6, 1, 8), WGTile(2, 256, 4, 1, 8, ws=1), WGTile(2, 256, 3, 1, 8, ws=1),
-            WGTile(2, 256, 4, 1, 0, ws=1), WGTile(2, 128, 6, 1, 8, ws=1), WGTile(2, 256, 4, 1, 16, ws=1))
+            WGTile(2, 256, 4, 1, 0, ws=1), WGTile(2, 256, 4, 1, 8, ws=2), WGTile(2, 256, 3, 1, 8, ws=2),
+            WGTile(2, 256, 4, 1, 0, ws=2), WGTile(2, 128, 6, 1, 8, ws=2), WGTile(2, 256, 4, 1, 16, ws=2))
+
+
+def _with_maps(f, maps):
+    """``f`` called as ``f(A, B, C, *maps)``."""
+    return lambda a, b, c: f(a, b, c, *maps)
 
 
 def bench(fn) -> float:
@@ -90,14 +96,14 @@ def main() -> int:
             try:
                 if isinstance(tile, WGTile):
                     key = (f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}_g{tile.group_m}"
-                           + ("_ws" if tile.ws else ""))
+                           + ("", "_ws", "_tma")[tile.ws])
                     func = wgmma_matmul(M, N, K, odt, odt, tile, target=f"cuda -arch={attrs['arch']}",
                                         name=f"wg_{name}")
-                    f = ember.build(func, target="cuda")
+                    f = built = ember.build(func, target="cuda")
                 else:
                     key = f"{tile.bm}x{tile.bn}x{tile.bk}_w{tile.wm}x{tile.wn}"
                     s, a = tensorcore_matmul(M, N, K, intrin=intrin, out_dtype=odt, tile=tile)
-                    f = ember.build(s, a, target="cuda", name=f"tc_{name}")
+                    f = built = ember.build(s, a, target="cuda", name=f"tc_{name}")
             except ember.EmberError as err:
                 variants[key] = {"error": str(err)[:200]}
                 continue
@@ -105,6 +111,9 @@ def main() -> int:
             # ember arrays wrapping the torch tensors once: passing torch tensors costs a DLPack
             # import per call, which makes a 30 us kernel host-bound.
             eA, eB, eC = (ember.nd.from_dlpack(x) for x in (A, B, C))
+            if isinstance(tile, WGTile) and tile.ws == 2:  # TMA: the tensor maps of A and B follow C
+                maps = wgmma_tensor_maps(tile, M, N, K, odt, False, eA, eB)
+                f = _with_maps(f, maps)
             f(eA, eB, eC)
             torch.cuda.synchronize()
             excess = float(((C.double() - ref).abs() - (2.0**-9 if name == "tf32" else 2.0**-8) * bound).max())
@@ -112,7 +121,7 @@ def main() -> int:
                 variants[key] = {"error": f"wrong result (excess {excess})"}
                 continue
             t = bench(lambda f=f, a=eA, b=eB, c=eC: f(a, b, c))
-            regs = f.imported_modules[0].get_source("ptxas").strip().splitlines()[-2:]
+            regs = built.imported_modules[0].get_source("ptxas").strip().splitlines()[-2:]
             variants[key] = {"ms": t * 1e3, "TFLOPs": 2 * M * N * K / t / 1e12, "ptxas": regs}
             if best is None or t < best[0]:
                 best = (t, key)

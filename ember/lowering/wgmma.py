@@ -61,7 +61,9 @@ class WGTile:
     inflight: int = 1
     group_m: int = 0
     #: 1: the warp-specialised persistent kernel (:mod:`ember.lowering.wgmma_ws`: a producer
-    #: warpgroup copying, ``warpgroups`` consumer warpgroups multiplying, mbarriers between them)
+    #: warpgroup copying, ``warpgroups`` consumer warpgroups multiplying, mbarriers between them);
+    #: 2: the same with one producer thread issuing TMA bulk copies (the function then also takes
+    #: the tensor maps of A and B, :mod:`ember.runtime.tensor_map`)
     ws: int = 0
     #: blocks the persistent (``ws``) kernel launches at most: the GPU's multiprocessors
     sms: int = 132
@@ -88,8 +90,8 @@ class WGTile:
             return f"bn={self.bn} (64, 128 or 256)"
         if self.inflight not in (0, 1) or not self.inflight + 2 <= self.stages <= 8:
             return f"{self.stages} stages with {self.inflight} groups in flight (needs 2 + inflight to 8 stages)"
-        if self.ws not in (0, 1) or self.sms < 1:
-            return f"ws={self.ws}, sms={self.sms} (ws 0 or 1, at least one multiprocessor)"
+        if self.ws not in (0, 1, 2) or self.sms < 1:
+            return f"ws={self.ws}, sms={self.sms} (ws 0, 1 or 2, at least one multiprocessor)"
         if self.ws and self.inflight != 1:
             return "the warp-specialised kernel keeps one wgmma group in flight (inflight=1)"
         if self.group_m < 0:

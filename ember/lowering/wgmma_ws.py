@@ -61,12 +61,17 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     B = Buffer("B", idt, (E.const(N), E.const(K)) if b_transposed else (E.const(K), E.const(N)))
     C = Buffer("C", odt, (E.const(M), E.const(N)))
     bias_buf = Buffer("bias", odt, (E.const(N),)) if bias else None
+    tma = t.ws == 2
+    u8 = as_dtype("uint8")
+    map_a, map_b = Buffer("tmap_A", u8, (E.const(128),)), Buffer("tmap_B", u8, (E.const(128),))
     bm, bn, stages = t.bm, t.bn, t.stages
     consumers = t.warpgroups
     nthr = PRODUCER * (consumers + 1)
     a_elems, b_elems = bm * BK, bn * BK
     slot = a_elems + b_elems
     smem = Buffer("wg_smem", idt, (E.const(slot * stages + ATOM // 2),), (), "shared")
+    if tma and (bm > 256 or bn > 256):
+        raise ScheduleError(f"a TMA box holds at most 256 rows, the tile is {bm} x {bn}")
     bars = Buffer("wg_bars", as_dtype("uint64"), (E.const(2 * stages),), (), "shared")
     acc = Buffer("wg_acc", as_dtype("float32"), (E.const(bn // 2),), (), "local")
     nk = -(-K // BK)
@@ -133,11 +138,26 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     k0 = kc * BK
     copies = kmajor_copies(A, bm, m0, M, k0, s0)
     copies += kmajor_copies(B, bn, n0, N, k0, s0 + a_elems) if b_transposed else nmajor_copies(k0, s0 + a_elems)
-    producer_step = S.seq(
-        _ev("tc.mbar_wait", empty(slot_of), 1 - phase_of),
-        *copies,
-        _ev("tc.cp_async_mbar_arrive", full(slot_of)),
-    )
+    if tma:  # one thread: expect the slot's bytes on full[s], then one bulk copy per box
+        def box(m: Buffer, c0: E.PrimExpr, c1: E.PrimExpr, dst: E.PrimExpr) -> S.Stmt:
+            return _ev("tc.tma_load_2d", smem_ref(dst), E.BufferLoad(m, (E.const(0),), u8), c0, c1, full(slot_of))
+
+        loads = [box(map_a, k0, m0, s0)]
+        if b_transposed:
+            loads.append(box(map_b, k0, n0, s0 + a_elems))
+        else:
+            loads += [box(map_b, n0 + 64 * nb, k0, s0 + a_elems + nb * 64 * 64) for nb in range(bn // 64)]
+        producer_step = S.seq(
+            _ev("tc.mbar_wait", empty(slot_of), 1 - phase_of),
+            _ev(f"tc.mbar_expect_tx:{slot * idt.bits // 8}", full(slot_of)),
+            *loads,
+        )
+    else:
+        producer_step = S.seq(
+            _ev("tc.mbar_wait", empty(slot_of), 1 - phase_of),
+            *copies,
+            _ev("tc.cp_async_mbar_arrive", full(slot_of)),
+        )
     my_tiles = (tiles - blk + (grid - 1)) // grid
     producer = S.For(i, E.const(0), my_tiles, S.ForKind.SERIAL,
                      S.For(kc, E.const(0), E.const(nk), S.ForKind.SERIAL, producer_step, "", ()), "", ())
@@ -148,7 +168,9 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     lane_t = q % 128
     trans_b = 0 if b_transposed else 1
     instr = f"m64n{bn}k16.{'f16' if idt_name == 'float16' else 'bf16'}.t{trans_b}"
-    mma = [_ev("tc.mbar_wait", full(slot_of), phase_of), _ev("tc.fence_proxy_async"), _ev("tc.wgmma_fence")]
+    # cp.async writes through the generic proxy: fence them for the tensor cores; TMA writes are async-proxy
+    mma = [_ev("tc.mbar_wait", full(slot_of), phase_of), *([] if tma else [_ev("tc.fence_proxy_async")]),
+           _ev("tc.wgmma_fence")]
     for kk in range(BK // 16):
         da = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + wg * 64 * 64 + kk * 16), dt="uint64")
         if b_transposed:
@@ -182,12 +204,12 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     )
     consumer = S.Allocate(acc, S.For(i, E.const(0), my_tiles, S.ForKind.SERIAL, consumer_tile, "", ()))
 
-    init = [_ev(f"tc.mbar_init:{PRODUCER}", full(s)) for s in range(stages)]
+    init = [_ev(f"tc.mbar_init:{1 if tma else PRODUCER}", full(s)) for s in range(stages)]
     init += [_ev(f"tc.mbar_init:{consumers}", empty(s)) for s in range(stages)]
     body = S.seq(
         S.IfThenElse(tx == 0, S.seq(*init, _ev("tc.mbar_init_fence"))),
         _ev("gpu.barrier"),
-        S.IfThenElse(tx < PRODUCER, producer, consumer),
+        S.IfThenElse(tx < PRODUCER, S.IfThenElse(tx == 0, producer) if tma else producer, consumer),
     )
     addr = _call("tc.shared_addr", E.BufferLoad(smem, (E.const(0),), idt))
     pad = ((ATOM - addr % ATOM) % ATOM) // 2
@@ -195,7 +217,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     kernel = S.Allocate(bars, S.Allocate(smem, S.For(tx, E.const(0), E.const(nthr), S.ForKind.THREAD_BINDING, kernel,
                                                      "threadIdx.x")))
     kernel = S.For(blk, E.const(0), E.const(grid), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
-    params = [A, B] + ([bias_buf] if bias_buf is not None else []) + [C]
+    params = [A, B] + ([bias_buf] if bias_buf is not None else []) + [C] + ([map_a, map_b] if tma else [])
     if max(nk * tiles // grid + nk, 0) >= 2**31:
         raise ScheduleError("the warp-specialised wgmma GEMM counts chunks with 32-bit integers; split the product")
     return S.PrimFunc(name, params, kernel, {"target": target})

@@ -23,6 +23,7 @@ are rejected before anything is built.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .. import te
 from ..errors import ScheduleError
@@ -448,6 +449,26 @@ def wgmma_matmul(
     check_target(tgt.mcpu)
     return wgmma_gemm_func(M, N, K, in_dtype, out_dtype, tile, b_transposed, name, str(tgt),
                            tgt.max_shared_memory_per_block_optin, bias, relu)
+
+
+def wgmma_tensor_maps(tile: WGTile, M: int, N: int, K: int, in_dtype: str, b_transposed: bool, a: Any,
+                      b: Any) -> tuple[Any, Any]:
+    """The TMA tensor maps a ``ws=2`` wgmma function takes after ``C`` (``f(A, B, C, map_A, map_B)``),
+    as device arrays on ``a``'s device, for the device arrays ``a`` (``M x K``) and ``b`` (``K x N``,
+    or ``N x K`` with ``b_transposed``). The maps hold those arrays' addresses: make them again for
+    other arrays."""
+    import numpy as np
+
+    from ..runtime.ndarray import array as nd_array
+    from ..runtime.tensor_map import encode_2d
+
+    esz = 2
+    ma = encode_2d(a.data_ptr, in_dtype, M, K, K * esz, 64, tile.bm)
+    if b_transposed:
+        mb = encode_2d(b.data_ptr, in_dtype, N, K, K * esz, 64, tile.bn)
+    else:
+        mb = encode_2d(b.data_ptr, in_dtype, K, N, N * esz, 64, 64)
+    return tuple(nd_array(np.frombuffer(m, np.uint8).copy(), a.device) for m in (ma, mb))  # type: ignore[return-value]
 
 
 def default_wgmma_tile(M: int, N: int, sms: int = 132) -> WGTile:

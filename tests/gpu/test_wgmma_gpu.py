@@ -14,7 +14,7 @@ import pytest
 
 import ember
 from ember.lowering.wgmma import WGTile
-from ember.strategy.tensorcore import wgmma_matmul
+from ember.strategy.tensorcore import wgmma_matmul, wgmma_tensor_maps
 
 pytestmark = pytest.mark.gpu
 rng = np.random.default_rng()
@@ -45,7 +45,9 @@ def _run(dev, tmp_path, M, N, K, dt, b_t, tile, out_dtype="float32"):
     if dt == "float16":
         a, b = a.astype("float16"), b.astype("float16")
     c = ember.nd.array(np.full((M, N), np.nan, out_dtype), dev)
-    f(ember.nd.array(a, dev, dtype=dt), ember.nd.array(b, dev, dtype=dt), c)
+    da, db = ember.nd.array(a, dev, dtype=dt), ember.nd.array(b, dev, dtype=dt)
+    maps = wgmma_tensor_maps(tile, M, N, K, dt, b_t, da, db) if tile is not None and tile.ws == 2 else ()
+    f(da, db, c, *maps)
     a64, b64 = _seen(dt, a), _seen(dt, b)
     if b_t:
         b64 = b64.T
@@ -71,7 +73,10 @@ TILES = [WGTile(2, 256, 4, 1), WGTile(1, 128, 3, 0), WGTile(2, 64, 2, 0), WGTile
          # warp-specialised persistent kernels; sms=3 makes every block walk several tiles (333 x 264
          # is 3 x 2 to 6 x 5 tiles), so slots and mbarrier phases carry across tiles
          WGTile(2, 256, 4, 1, 8, ws=1, sms=3), WGTile(1, 128, 3, 1, 0, ws=1, sms=2),
-         WGTile(2, 64, 2, 1, 2, ws=1, sms=5)]
+         WGTile(2, 64, 3, 1, 2, ws=1, sms=5),
+         # the same with TMA bulk copies (the tensor maps follow C)
+         WGTile(2, 256, 4, 1, 8, ws=2, sms=3), WGTile(1, 128, 3, 1, 0, ws=2, sms=2),
+         WGTile(2, 64, 3, 1, 2, ws=2, sms=5)]
 
 
 @pytest.mark.parametrize("tile", TILES)
@@ -103,9 +108,11 @@ def test_tensorcore_gemm_on_this_gpu(hopper, tmp_path):
 
 @pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (17, 24, 40), (300, 520, 4104)])
 @pytest.mark.parametrize("b_t", [False, True])
-def test_wgmma_ws_gemm(hopper, tmp_path, M, N, K, b_t):
-    """The warp-specialised persistent kernel at sizes no tile divides, bfloat16, float16 output."""
-    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, WGTile(2, 256, 4, 1, 8, ws=1), out_dtype="float16")
+@pytest.mark.parametrize("ws", [1, 2])
+def test_wgmma_ws_gemm(hopper, tmp_path, M, N, K, b_t, ws):
+    """The warp-specialised persistent kernels (cp.async or TMA producer) at sizes no tile divides,
+    bfloat16, float16 output."""
+    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, WGTile(2, 256, 4, 1, 8, ws=ws), out_dtype="float16")
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "float16"])

@@ -191,7 +191,8 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
                                side_effect=True)
             b.call(asm, [dst, src, self._int_cast(self.expr(size), I32)])
             return ir.Constant(I32, 0)
-        if e.op.startswith(("tc.wgmma", "tc.fence_proxy_async", "tc.shared_addr", "tc.mbar", "tc.cp_async_mbar")):
+        if e.op.startswith(("tc.wgmma", "tc.fence_proxy_async", "tc.shared_addr", "tc.mbar", "tc.cp_async_mbar",
+                            "tc.tma")):
             return self._hopper_call(e)
         if e.op == "tc.cp_async_commit":
             b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}",
@@ -244,7 +245,7 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             return self._void_asm("fence.proxy.async.shared::cta;")
         if e.op == "tc.mbar_init_fence":
             return self._void_asm("fence.mbarrier_init.release.cluster;")
-        if e.op.startswith(("tc.mbar", "tc.cp_async_mbar")):
+        if e.op.startswith(("tc.mbar", "tc.cp_async_mbar", "tc.tma")):
             return self._mbarrier_call(e)
         if e.op.startswith("tc.wgmma:"):
             shape, ty, tb = e.op[len("tc.wgmma:"):].split(".")
@@ -268,6 +269,18 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         addr = b.trunc(b.ptrtoint(self.operand_ptr(e.args[0]), ir.IntType(64)), I32)
         if e.op.startswith("tc.mbar_init:"):
             text, args = f"mbarrier.init.shared::cta.b64 [$0], {int(e.op[len('tc.mbar_init:'):])};", [addr]
+        elif e.op.startswith("tc.mbar_expect_tx:"):
+            nbytes = int(e.op[len("tc.mbar_expect_tx:"):])
+            text, args = f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {nbytes};", [addr]
+        elif e.op == "tc.tma_load_2d":  # (shared destination, tensor map, column, row, mbarrier)
+            tmap = b.ptrtoint(self.operand_ptr(e.args[1]), ir.IntType(64))
+            c0, c1 = (self._int_cast(self.expr(x), I32) for x in e.args[2:4])
+            mbar = b.trunc(b.ptrtoint(self.operand_ptr(e.args[4]), ir.IntType(64)), I32)
+            fty = ir.FunctionType(ir.VoidType(), [I32, ir.IntType(64), I32, I32, I32])
+            b.call(ir.InlineAsm(fty, "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                                "[$0], [$1, {$2, $3}], [$4];", "r,l,r,r,r,~{memory}", side_effect=True),
+                   [addr, tmap, c0, c1, mbar])
+            return ir.Constant(I32, 0)
         elif e.op == "tc.mbar_arrive":
             text, args = "mbarrier.arrive.shared::cta.b64 _, [$0];", [addr]
         elif e.op == "tc.cp_async_mbar_arrive":
