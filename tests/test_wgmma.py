@@ -87,7 +87,7 @@ def test_tile_checks():
     assert WGTile(group_m=-1).check(227 * 1024) is not None
     assert WGTile(ws=1).threads == 384 and WGTile(1, ws=1).threads == 256
     assert "inflight=1" in WGTile(2, 128, 4, 0, ws=1).check(227 * 1024)
-    assert WGTile(ws=2).check(227 * 1024) is not None and WGTile(ws=1, sms=0).check(227 * 1024) is not None
+    assert WGTile(ws=3).check(227 * 1024) is not None and WGTile(ws=1, sms=0).check(227 * 1024) is not None
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
