@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--quick", action="store_true", help="1024^3 and fewer tilings (a smoke run)")
     ap.add_argument("--paths", default="mma,wgmma", help="which kernels to time: mma (mma.sync), wgmma (sm_90)")
-    ap.add_argument("--cases", default="fp16,bf16,tf32,bf16_skinny")
+    ap.add_argument("--cases", default="fp16,bf16,tf32,bf16_skinny,tf32_tn")
     args = ap.parse_args()
     import torch
 
@@ -64,7 +64,9 @@ def main() -> int:
     cases = [("fp16", "mma.m16n8k16.f16", torch.float16, n, n, n),
              ("bf16", "mma.m16n8k16.bf16", torch.bfloat16, n, n, n),
              ("tf32", "mma.m16n8k8.tf32", torch.float32, n, n, n),
-             ("bf16_skinny", "mma.m16n8k16.bf16", torch.bfloat16, 16, n, n)]
+             ("bf16_skinny", "mma.m16n8k16.bf16", torch.bfloat16, 16, n, n),
+             # B given as N x K (nn.Linear's weight layout, cuBLAS "TN"): the layout wgmma reads TF32 in
+             ("tf32_tn", "mma.m16n8k8.tf32", torch.float32, n, n, n)]
     cases = [c for c in cases if c[0] in args.cases.split(",")]
     paths = args.paths.split(",")
     results: dict = {"device": attrs["device_name"], "arch": attrs["arch"], "torch": torch.__version__,
@@ -75,19 +77,24 @@ def main() -> int:
     wg_lines = ["", "Hopper wgmma path (`wgmma_matmul`; the table above is the best of the paths timed):", "",
                 "| case | ember wgmma | cuBLAS | wgmma / cuBLAS | best tiling |", "| --- | --- | --- | --- | --- |"]
     for name, intrin, tdt, M, N, K in cases:
+        bt = name.endswith("_tn")
         A = torch.randn(M, K, device="cuda").to(tdt)
-        B = torch.randn(K, N, device="cuda").to(tdt)
-        ref = A.double() @ B.double()
-        bound = A.double().abs() @ B.double().abs()
+        B = torch.randn(N, K, device="cuda").to(tdt) if bt else torch.randn(K, N, device="cuda").to(tdt)
+        Bm = B.t() if bt else B  # the K x N operand, a view
+        ref = A.double() @ Bm.double()
+        bound = A.double().abs() @ Bm.double().abs()
         out_t = tdt
-        torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = name.startswith("tf32")
         Ct = torch.empty(M, N, device="cuda", dtype=out_t)
-        t_cublas = bench(lambda A=A, B=B, Ct=Ct: torch.matmul(A, B, out=Ct))
+        t_cublas = bench(lambda A=A, B=Bm, Ct=Ct: torch.matmul(A, B, out=Ct))
         torch.backends.cuda.matmul.allow_tf32 = False
         variants = {}
         best = None
-        tiles = (TILES[:3] if args.quick else TILES) if "mma" in paths else ()
-        wg_tiles = WG_TILES if "wgmma" in paths and attrs["arch"] == "sm_90" and name in ("fp16", "bf16") else ()
+        tiles = (TILES[:3] if args.quick else TILES) if "mma" in paths and not bt else ()
+        hopper = "wgmma" in paths and attrs["arch"] == "sm_90"
+        wg_tiles = WG_TILES if hopper and name in ("fp16", "bf16") else ()
+        if hopper and name == "tf32_tn":  # TF32 wgmma: the TMA kernel only
+            wg_tiles = tuple(t for t in WG_TILES if t.ws == 2)
         wg_best = None
         for tile in (*tiles, *wg_tiles):
             if isinstance(tile, TCTile) and M < tile.bm // 2:
@@ -97,7 +104,7 @@ def main() -> int:
                 if isinstance(tile, WGTile):
                     key = (f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}_g{tile.group_m}"
                            + ("", "_ws", "_tma")[tile.ws])
-                    func = wgmma_matmul(M, N, K, odt, odt, tile, target=f"cuda -arch={attrs['arch']}",
+                    func = wgmma_matmul(M, N, K, odt, odt, tile, bt, target=f"cuda -arch={attrs['arch']}",
                                         name=f"wg_{name}")
                     f = built = ember.build(func, target="cuda")
                 else:
@@ -112,11 +119,11 @@ def main() -> int:
             # import per call, which makes a 30 us kernel host-bound.
             eA, eB, eC = (ember.nd.from_dlpack(x) for x in (A, B, C))
             if isinstance(tile, WGTile) and tile.ws == 2:  # TMA: the tensor maps of A and B follow C
-                maps = wgmma_tensor_maps(tile, M, N, K, odt, False, eA, eB)
+                maps = wgmma_tensor_maps(tile, M, N, K, odt, bt, eA, eB)
                 f = _with_maps(f, maps)
             f(eA, eB, eC)
             torch.cuda.synchronize()
-            excess = float(((C.double() - ref).abs() - (2.0**-9 if name == "tf32" else 2.0**-8) * bound).max())
+            excess = float(((C.double() - ref).abs() - (2.0**-9 if name.startswith("tf32") else 2.0**-8) * bound).max())
             if not excess <= 0:
                 variants[key] = {"error": f"wrong result (excess {excess})"}
                 continue

@@ -104,8 +104,11 @@ def test_unsupported_shapes_and_types():
     with pytest.raises(ScheduleError, match="multiples of 8"):
         wgmma_matmul(100, 101, 104)
     wgmma_matmul(100, 101, 104, b_transposed=True)  # N x K rows: only K must be a multiple of 8
-    with pytest.raises(ScheduleError, match="float16 or bfloat16"):
+    with pytest.raises(ScheduleError, match="TF32 only in the TMA kernel"):
         wgmma_matmul(128, 128, 128, in_dtype="float32")
+    with pytest.raises(ScheduleError, match="float16, bfloat16 or float32"):
+        wgmma_matmul(128, 128, 128, in_dtype="int8")
+    wgmma_matmul(100, 100, 36, "float32", tile=WGTile(ws=2), b_transposed=True)  # TF32: K a multiple of 4
     with pytest.raises(ScheduleError, match="32-bit"):
         wgmma_matmul(65536, 128, 32768)
 
@@ -114,25 +117,31 @@ def test_unsupported_shapes_and_types():
 @pytest.mark.parametrize("tile,b_t,dt", [(WGTile(), False, "float16"), (WGTile(2, 256, 4, 1), False, "bfloat16"),
                                          (WGTile(1, 64, 3, 0), True, "float16"),
                                          (WGTile(2, 256, 4, 1, 8, ws=1), False, "float16"),
-                                         (WGTile(1, 128, 3, 1, 0, ws=1, sms=7), True, "bfloat16")])
+                                         (WGTile(1, 128, 3, 1, 0, ws=1, sms=7), True, "bfloat16"),
+                                         (WGTile(2, 256, 4, 1, 8, ws=2), True, "float32")])
 def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
     f = ember.build(wgmma_matmul(200, 136, 104, dt, "float32", tile, b_t), target="cuda -arch=sm_90",
                     cache_dir=tmp_path)
     dev = f.imported_modules[0]
     ptx = dev.get_source("ptx")
-    ty = "f16" if dt == "float16" else "bf16"
+    ty = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}[dt]
+    kstep = 8 if dt == "float32" else 16
     assert ".target sm_90a" in ptx
-    issued = ptx.count(f"wgmma.mma_async.sync.aligned.m64n{tile.bn}k16.f32.{ty}.{ty}")
+    issued = ptx.count(f"wgmma.mma_async.sync.aligned.m64n{tile.bn}k{kstep}.f32.{ty}.{ty}")
     assert issued >= 4 and issued % 4 == 0  # four k16 steps per chunk of 64 (LLVM may peel the K loop)
+    loads = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",) if tile.ws == 2 \
+        else ("fence.proxy.async.shared::cta", "cp.async.cg.shared.global")
     for instr in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned",
-                  "fence.proxy.async.shared::cta", "cp.async.cg.shared.global"):
+                  *loads):
         assert instr in ptx
     log = dev.get_source("ptxas")
     assert "sm_90a" in log and "spill stores" in log and " 0 bytes spill stores" in log
     if tile.ws:  # roles synchronise through mbarriers: one block barrier (after their set-up) in all
         assert ptx.count("bar.sync") == 1 and f".maxntid {tile.threads}, 1, 1" in ptx
-        for instr in ("mbarrier.init.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64",
-                      "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "mbarrier.arrive.shared::cta.b64"):
+        arrive = "mbarrier.arrive.expect_tx.shared::cta.b64" if tile.ws == 2 else \
+            "cp.async.mbarrier.arrive.noinc.shared::cta.b64"
+        for instr in ("mbarrier.init.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64", arrive,
+                      "mbarrier.arrive.shared::cta.b64"):
             assert instr in ptx
 
 

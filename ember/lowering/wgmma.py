@@ -180,13 +180,19 @@ def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype
     to every row; ``relu`` then clamps at zero; the result is rounded once to ``C``'s type.
     Raises :class:`ScheduleError` for other types, sizes or an illegal tile."""
     t = tile or WGTile()
-    if in_dtype not in ("float16", "bfloat16"):
-        raise ScheduleError(f"the wgmma GEMM multiplies float16 or bfloat16, not {in_dtype}; {FALLBACK}")
+    if in_dtype == "float32" and not (t.ws == 2 and b_transposed):
+        raise ScheduleError("the wgmma GEMM multiplies float32 inputs as TF32 only in the TMA kernel (ws=2) with B "
+                            f"given as N x K (b_transposed: wgmma reads TF32 operands K-major); {FALLBACK}")
+    if in_dtype not in ("float16", "bfloat16", "float32"):
+        raise ScheduleError(f"the wgmma GEMM multiplies float16, bfloat16 or float32 (as TF32), not {in_dtype}; "
+                            f"{FALLBACK}")
     out_dtype = out_dtype or "float32"
     why = t.check(smem_limit)
     if why:
         raise ScheduleError(f"wgmma GEMM tile {t}: {why}")
-    if K % 8 or (N % 8 and not b_transposed) or min(M, N, K) < 1:
+    if in_dtype == "float32" and K % 4:
+        raise ScheduleError(f"the TF32 wgmma GEMM loads 16-byte rows: K ({K}) must be a multiple of 4; {FALLBACK}")
+    if K % 8 and in_dtype != "float32" or (N % 8 and not b_transposed) or min(M, N, K) < 1:
         raise ScheduleError(f"the wgmma GEMM stages 16-byte rows: K ({K}) and N ({N}, unless B is N x K) must be "
                             f"multiples of 8; {FALLBACK}")
     if max(M * K, K * N, M * N) >= 2**31:

@@ -37,7 +37,7 @@ from ..ir import stmt as S
 from ..ir.buffer import Buffer
 from ..ir.dtypes import INT32
 from ..ir.dtypes import dtype as as_dtype
-from .wgmma import ATOM, BK, WGTile, xor3
+from .wgmma import ATOM, WGTile, xor3
 
 #: threads of the producer warpgroup
 PRODUCER = 128
@@ -67,9 +67,11 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     bm, bn, stages = t.bm, t.bn, t.stages
     consumers = t.warpgroups
     nthr = PRODUCER * (consumers + 1)
+    esz = idt.bits // 8
+    BK = 128 // esz  # elements of K per staged chunk: one 128-byte (swizzle-span) row
     a_elems, b_elems = bm * BK, bn * BK
     slot = a_elems + b_elems
-    smem = Buffer("wg_smem", idt, (E.const(slot * stages + ATOM // 2),), (), "shared")
+    smem = Buffer("wg_smem", idt, (E.const(slot * stages + ATOM // esz),), (), "shared")
     if tma and (bm > 256 or bn > 256):
         raise ScheduleError(f"a TMA box holds at most 256 rows, the tile is {bm} x {bn}")
     bars = Buffer("wg_bars", as_dtype("uint64"), (E.const(2 * stages),), (), "shared")
@@ -146,7 +148,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         if b_transposed:
             loads.append(box(map_b, k0, n0, s0 + a_elems))
         else:
-            loads += [box(map_b, n0 + 64 * nb, k0, s0 + a_elems + nb * 64 * 64) for nb in range(bn // 64)]
+            loads += [box(map_b, n0 + 64 * nb, k0, s0 + a_elems + nb * 64 * BK) for nb in range(bn // 64)]
         producer_step = S.seq(
             _ev("tc.mbar_wait", empty(slot_of), 1 - phase_of),
             _ev(f"tc.mbar_expect_tx:{slot * idt.bits // 8}", full(slot_of)),
@@ -167,16 +169,18 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     wg = q // 128
     lane_t = q % 128
     trans_b = 0 if b_transposed else 1
-    instr = f"m64n{bn}k16.{'f16' if idt_name == 'float16' else 'bf16'}.t{trans_b}"
+    ty = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}[idt_name]
+    kstep = 32 // esz  # one instruction takes 32 bytes of K: k16 of 16-bit types, k8 of TF32
+    instr = f"m64n{bn}k{kstep}.{ty}.t{trans_b}"
     # cp.async writes through the generic proxy: fence them for the tensor cores; TMA writes are async-proxy
     mma = [_ev("tc.mbar_wait", full(slot_of), phase_of), *([] if tma else [_ev("tc.fence_proxy_async")]),
            _ev("tc.wgmma_fence")]
-    for kk in range(BK // 16):
-        da = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + wg * 64 * 64 + kk * 16), dt="uint64")
+    for kk in range(BK // kstep):
+        da = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + wg * 64 * BK + kk * kstep), dt="uint64")
         if b_transposed:
-            db = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + a_elems + kk * 16), dt="uint64")
+            db = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + a_elems + kk * kstep), dt="uint64")
         else:
-            db = _call("tc.wgmma_desc:8192:1024", smem_ref(s0 + a_elems + kk * 16 * 64), dt="uint64")
+            db = _call("tc.wgmma_desc:8192:1024", smem_ref(s0 + a_elems + kk * kstep * 64), dt="uint64")
         mma.append(_ev(f"tc.wgmma:{instr}", E.BufferLoad(acc, (E.const(0),), acc.dtype), da, db))
     prev = (it + (stages - 1)) % stages  # slot of chunk it - 1
     mma += [_ev("tc.wgmma_commit"), _ev("tc.wgmma_wait:1"),
@@ -184,17 +188,25 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     last = (i * nk + (nk - 1)) % stages
     zero = [S.BufferStore(acc, E.const(0.0, "float32"), (E.const(r),)) for r in range(bn // 2)]
     epi: list[S.Stmt] = []
-    for r in range(bn // 2):
+    f32x2 = as_dtype("float32").with_lanes(2)
+    for r in range(0, bn // 2, 2):  # registers r, r + 1 hold columns col, col + 1 of one row: one paired store
         row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
-        col = n0 + 8 * (r // 4) + 2 * (lane_t % 4) + r % 2
-        v: E.PrimExpr = E.BufferLoad(acc, (E.const(r),), acc.dtype)
+        col = n0 + 8 * (r // 4) + 2 * (lane_t % 4)
+        pair: E.PrimExpr = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, INT32.with_lanes(2)),), f32x2)
+        one: E.PrimExpr = E.BufferLoad(acc, (E.const(r),), acc.dtype)
         if bias_buf is not None:
-            bv = E.BufferLoad(bias_buf, (col,), odt)
-            v = v + (bv if odt == acc.dtype else E.cast(acc.dtype, bv))
+            bpair = E.BufferLoad(bias_buf, (E.Ramp(col, E.const(1), 2, INT32.with_lanes(2)),), odt.with_lanes(2))
+            pair = pair + (bpair if odt == acc.dtype else E.cast(f32x2, bpair))
+            bone = E.BufferLoad(bias_buf, (col,), odt)
+            one = one + (bone if odt == acc.dtype else E.cast(acc.dtype, bone))
         if relu:
-            v = E.max_expr(v, E.const(0.0, "float32"))
-        val = v if odt == acc.dtype else E.cast(odt, v)
-        epi.append(S.IfThenElse(E.logical_and(row < M, col < N), S.BufferStore(C, val, (row * N + col,))))
+            pair = E.max_expr(pair, E.Broadcast(E.const(0.0, "float32"), 2, f32x2))
+            one = E.max_expr(one, E.const(0.0, "float32"))
+        vpair = pair if odt == acc.dtype else E.cast(odt.with_lanes(2), pair)
+        vone = one if odt == acc.dtype else E.cast(odt, one)
+        both = S.BufferStore(C, vpair, (E.Ramp(row * N + col, E.const(1), 2, INT32.with_lanes(2)),))
+        first = S.IfThenElse(col < N, S.BufferStore(C, vone, (row * N + col,)))
+        epi.append(S.IfThenElse(row < M, S.IfThenElse(col + 1 < N, both, first)))
     consumer_tile = S.seq(
         *zero,
         S.For(kc, E.const(0), E.const(nk), S.ForKind.SERIAL, S.seq(*mma), "", ()),
@@ -212,7 +224,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         S.IfThenElse(tx < PRODUCER, S.IfThenElse(tx == 0, producer) if tma else producer, consumer),
     )
     addr = _call("tc.shared_addr", E.BufferLoad(smem, (E.const(0),), idt))
-    pad = ((ATOM - addr % ATOM) % ATOM) // 2
+    pad = ((ATOM - addr % ATOM) % ATOM) // esz
     kernel: S.Stmt = S.LetStmt(base, pad, body)
     kernel = S.Allocate(bars, S.Allocate(smem, S.For(tx, E.const(0), E.const(nthr), S.ForKind.THREAD_BINDING, kernel,
                                                      "threadIdx.x")))

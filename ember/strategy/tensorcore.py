@@ -462,12 +462,13 @@ def wgmma_tensor_maps(tile: WGTile, M: int, N: int, K: int, in_dtype: str, b_tra
     from ..runtime.ndarray import array as nd_array
     from ..runtime.tensor_map import encode_2d
 
-    esz = 2
-    ma = encode_2d(a.data_ptr, in_dtype, M, K, K * esz, 64, tile.bm)
+    esz = 4 if in_dtype == "float32" else 2
+    bk = 128 // esz  # one 128-byte row of K per box row
+    ma = encode_2d(a.data_ptr, in_dtype, M, K, K * esz, bk, tile.bm)
     if b_transposed:
-        mb = encode_2d(b.data_ptr, in_dtype, N, K, K * esz, 64, tile.bn)
+        mb = encode_2d(b.data_ptr, in_dtype, N, K, K * esz, bk, tile.bn)
     else:
-        mb = encode_2d(b.data_ptr, in_dtype, K, N, N * esz, 64, 64)
+        mb = encode_2d(b.data_ptr, in_dtype, K, N, N * esz, 64, bk)
     return tuple(nd_array(np.frombuffer(m, np.uint8).copy(), a.device) for m in (ma, mb))  # type: ignore[return-value]
 
 

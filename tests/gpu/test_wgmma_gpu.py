@@ -54,6 +54,8 @@ def _run(dev, tmp_path, M, N, K, dt, b_t, tile, out_dtype="float32"):
     ref, bound = a64 @ b64, np.abs(a64) @ np.abs(b64)
     got = c.numpy().astype(np.float64)
     rel = 2.0**-20 + (2.0**-11 if out_dtype == "float16" else 0.0)
+    if dt == "float32":  # TF32: each input keeps 10 mantissa bits (rounded or cut), a product is off by < 2^-9
+        rel += 2.0**-9
     excess = np.abs(got - ref) - rel * bound
     assert np.isfinite(got).all(), "NaN left in the output: an element was not written"
     where = np.unravel_index(excess.argmax(), excess.shape)
@@ -113,6 +115,13 @@ def test_wgmma_ws_gemm(hopper, tmp_path, M, N, K, b_t, ws):
     """The warp-specialised persistent kernels (cp.async or TMA producer) at sizes no tile divides,
     bfloat16, float16 output."""
     _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, WGTile(2, 256, 4, 1, 8, ws=ws), out_dtype="float16")
+
+
+@pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (17, 24, 44), (300, 520, 4100)])
+def test_wgmma_tf32_tma(hopper, tmp_path, M, N, K):
+    """float32 inputs on TF32 tensor cores (m64nNk8; the TMA kernel with B given as N x K), sizes no
+    tile divides (K a multiple of 4 only), against float64 with the TF32 bound."""
+    _run(hopper, tmp_path, M, N, K, "float32", True, WGTile(2, 256, 4, 1, 8, ws=2, sms=7))
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "float16"])

@@ -255,8 +255,9 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             da, db = (self._int_cast(self.expr(x), i64) for x in e.args[1:])
             c = self.load_words(acc, nc, F32)
             regs = "{" + ",".join(f"${i}" for i in range(nc)) + "}"
+            trans = "" if ty == "tf32" else f", 0, {tb[1:]}"  # TF32 operands are K-major, no transpose bits
             text = (f"{{ .reg .pred p; setp.ne.b32 p, ${nc + 2}, 0; wgmma.mma_async.sync.aligned.{shape}.f32.{ty}.{ty} "
-                    f"{regs}, ${nc}, ${nc + 1}, p, 1, 1, 0, {tb[1:]}; }}")
+                    f"{regs}, ${nc}, ${nc + 1}, p, 1, 1{trans}; }}")
             constraint = ",".join(["=f"] * nc + ["l", "l", "r"] + [str(i) for i in range(nc)])
             fty = ir.FunctionType(ir.LiteralStructType([F32] * nc), [i64, i64, I32] + [F32] * nc)
             res = b.call(ir.InlineAsm(fty, text, constraint, side_effect=True), [da, db, ir.Constant(I32, 1), *c])
