@@ -229,6 +229,8 @@ class ExecutionContext:
                     env[name] = arr  # the kernel computing it writes the caller's array
         values = program.plan["values"]
         ptrs_of = self._ptrs
+        # a GPU function launches on the device its thread last used: name this model's device
+        gpu_index = None if self.on_host else self.device.index
         for j, st in enumerate(program.plan["steps"]):
             if st["kind"] == "view":
                 env[st["dst"]] = mem.reshape(env[st["src"]], tuple(values[st["dst"]]["shape"]))
@@ -249,6 +251,8 @@ class ExecutionContext:
                     p = mem.ptr(arr)
                 ptrs.append(p)
             fn = program.functions[st["func"]]
+            if gpu_index is not None and hasattr(fn, "bind_device"):
+                fn.bind_device(gpu_index)
             if times is not None:
                 times.start(j)
             rc = fn._invoke(ptrs, [])
@@ -384,7 +388,7 @@ class ExecutionContext:
 
                 self._io_steps.run(table_of(table))
             else:
-                plan.launch(table)
+                plan.launch(table, None if self.on_host else self.device.index)
             plan.copy_out(table, self._copier(None))
             return
         drv = self.device.driver()
@@ -410,7 +414,7 @@ class ExecutionContext:
         prev = drv.set_stream(caller)
         try:
             table = plan.table(inputs, outputs)
-            plan.launch(table)
+            plan.launch(table, None if self.on_host else self.device.index)
             plan.copy_out(table, self._copier(caller))
         finally:
             drv.set_stream(prev)
@@ -477,7 +481,7 @@ class ExecutionContext:
         table = plan.table(io.inputs, io.outputs)
 
         def launch() -> None:
-            plan.launch(table)
+            plan.launch(table, None if self.on_host else self.device.index)
             plan.copy_out(table, copy)
 
         prev = drv.set_stream(own)

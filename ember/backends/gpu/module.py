@@ -230,6 +230,12 @@ class GPUFunction(Function):
         return ptr
 
 
+    def bind_device(self, index: int) -> None:
+        """Make this thread's next launches of this function go to GPU ``index``. A call with
+        arrays sets it from the arrays; a model's executor, which launches with raw addresses
+        (``_invoke``), calls this with the device the model is placed on."""
+        self._tls.index = index
+
     @property
     def _dev_index(self) -> int:
         """The device index of this thread's call in progress (0 before any)."""
