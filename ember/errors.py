@@ -32,8 +32,25 @@ class ToolchainError(EmberError):
     """A tool ember needs (ld.lld, ptxas, cc, a GPU driver) is missing or too old."""
 
 
+#: Driver errors after which a process's CUDA context (or HIP device) stays unusable: every later
+#: call fails with the same error until the process ends (a kernel faulted).
+STICKY_DEVICE_ERRORS = (
+    "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ECC_UNCORRECTABLE", "CUDA_ERROR_LAUNCH_TIMEOUT",
+    "CUDA_ERROR_ASSERT", "hipErrorIllegalAddress", "hipErrorLaunchFailure", "hipErrorAssert",
+)
+
+
 class DeviceError(EmberError):
     """A device (GPU driver, device index) is unavailable or a driver call failed."""
+
+    @property
+    def context_lost(self) -> bool:
+        """Whether the error is one of :data:`STICKY_DEVICE_ERRORS`: the process cannot use the
+        device any more (start a new process)."""
+        text = str(self)
+        return any(name in text for name in STICKY_DEVICE_ERRORS)
 
 
 class ArgumentError(EmberError, ValueError):

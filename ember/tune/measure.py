@@ -238,6 +238,12 @@ class Runner:
         else:
             return MeasureResult(None, "run: the measuring process did not take the reference")
         self._sent.add(task.workload)
+        if reply.get("context_lost"):
+            # The candidate faulted and took the process's GPU context with it; the process has
+            # ended: the next candidate starts a new one (only this trial is lost).
+            proc.wait()
+            return MeasureResult(None, f"run: {reply.get('detail', '?')} (the candidate faulted; the measuring "
+                                       "process restarts)")
         phases = {str(k): float(v) for k, v in (reply.get("phases") or {}).items()}
         if reply.get("status") == "ok":
             return MeasureResult(float(reply["seconds"]), None, [float(t) for t in reply.get("times", [])],

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import backend_for
-from ..errors import EmberError
+from ..errors import DeviceError, EmberError
 from ..runtime.ndarray import device
 from ..target import Target
 from . import wire
@@ -257,7 +257,8 @@ class _Measurer:
 
 
 def main() -> int:
-    """Serve measure requests on stdin/stdout until stdin closes."""
+    """Serve measure requests on stdin/stdout until stdin closes, or until a candidate's fault
+    leaves the GPU context unusable (exit status 3, after the reply that says so)."""
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed by kernels or libraries goes to stderr, not into the protocol
     sys.stdout = sys.stderr
@@ -275,6 +276,12 @@ def main() -> int:
             reply = m.measure(header, blobs)
         except (EmberError, ValueError, TypeError, KeyError, IndexError, ArithmeticError, MemoryError) as exc:
             reply = {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
+            if isinstance(exc, DeviceError) and exc.context_lost:
+                # The candidate faulted: this process's GPU context is gone, and every later
+                # candidate would fail here too. Say so and end; the parent starts a new process.
+                reply["context_lost"] = True
+                wire.send(proto_out, reply)
+                return 3
         wire.send(proto_out, reply)
 
 

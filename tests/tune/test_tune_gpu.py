@@ -48,3 +48,51 @@ def test_tune_on_a_local_dask_cluster_streams_measurements_on_the_gpu(tmp_path, 
     x = rng.standard_normal((200, 84)).astype("float32")
     (y,) = tuned(x)
     np.testing.assert_allclose(y, reference(model, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_faulting_candidate_costs_only_its_own_trial():
+    """A candidate whose kernel writes far outside its output (CUDA_ERROR_ILLEGAL_ADDRESS leaves the
+    process's context unusable) is reported as failed, the measuring process restarts, and the next
+    candidate is measured normally on a fresh context."""
+    from ember import te
+    from ember.backends import backend_for
+    from ember.ir import expr as E
+    from ember.ir import stmt as S
+    from ember.ir.visitor import Mutator
+    from ember.lowering import lower
+    from ember.strategy.space import ConfigSpace
+    from ember.target import Target
+    from ember.tune.measure import Runner
+    from ember.tune.task import FUNC_NAME, kernel_task
+
+    n = 4096
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+
+    def schedule(cfg):
+        s = te.create_schedule(B.op)
+        bo, bi = s[B].split(B.op.axis[0], factor=256)
+        s[B].bind(bo, te.thread_axis("blockIdx.x"))
+        s[B].bind(bi, te.thread_axis("threadIdx.x"))
+        return s
+
+    task = kernel_task(schedule, [A, B], "cuda", ConfigSpace())
+    good = task.build(task.space.default)
+
+    class FarStore(Mutator):  # every store 2^30 elements (4 GiB) past where it belongs
+        def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
+            return S.BufferStore(s.buffer, s.value, (s.indices[0] + E.const(1 << 30),))
+
+    tgt = Target(task.target)
+    func = lower(schedule(None), [A, B], FUNC_NAME, target=tgt)
+    func = S.PrimFunc(func.name, func.params, FarStore().visit(func.body), func.attrs)
+    bad = backend_for(tgt).compile([func], tgt)
+    runner = Runner(task.target, timeout=60)
+    try:
+        faulted = runner.measure(task, good, bad)
+        assert faulted.seconds is None and "faulted" in faulted.error and "ILLEGAL_ADDRESS" in faulted.error
+        after = runner.measure(task, good, good)
+        assert after.error is None and after.seconds > 0
+        assert runner.restarts == 1
+    finally:
+        runner.close()
