@@ -90,9 +90,9 @@ def test_a_faulting_candidate_costs_only_its_own_trial():
     runner = Runner(task.target, timeout=60)
     try:
         faulted = runner.measure(task, good, bad)
-        assert faulted.seconds is None and "faulted" in faulted.error and "ILLEGAL_ADDRESS" in faulted.error
+        assert faulted.seconds is None and "faulted" in faulted.error and "ILLEGAL_ADDRESS" in faulted.error, faulted
         after = runner.measure(task, good, good)
-        assert after.error is None and after.seconds > 0
+        assert after.error is None and after.seconds > 0, after
         assert runner.restarts == 1
     finally:
         runner.close()
