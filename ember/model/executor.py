@@ -229,8 +229,13 @@ class ExecutionContext:
                     env[name] = arr  # the kernel computing it writes the caller's array
         values = program.plan["values"]
         ptrs_of = self._ptrs
-        # a GPU function launches on the device its thread last used: name this model's device
-        gpu_index = None if self.on_host else self.device.index
+        if not self.on_host:
+            # a GPU function launches on the device its thread last used: name this model's device
+            # (once per distinct function, not per step)
+            for f in program.functions.values():
+                bind = getattr(f, "bind_device", None)
+                if bind is not None:
+                    bind(self.device.index)
         for j, st in enumerate(program.plan["steps"]):
             if st["kind"] == "view":
                 env[st["dst"]] = mem.reshape(env[st["src"]], tuple(values[st["dst"]]["shape"]))
@@ -251,8 +256,6 @@ class ExecutionContext:
                     p = mem.ptr(arr)
                 ptrs.append(p)
             fn = program.functions[st["func"]]
-            if gpu_index is not None and hasattr(fn, "bind_device"):
-                fn.bind_device(gpu_index)
             if times is not None:
                 times.start(j)
             rc = fn._invoke(ptrs, [])
