@@ -76,6 +76,9 @@ class ExecutionContext:
             else:
                 self._labels.append("")
         self.device = device
+        # GPU functions launch on the device their thread last used; a context launches with raw
+        # addresses, so it names its device to each distinct function before launching (_bind).
+        self._binders = [f.bind_device for f in program.functions.values() if hasattr(f, "bind_device")]
         self.mem = program.memory(device)
         plan = program.plan
         self._storages = [self.mem.storage(n) for n in plan["storages"]]
@@ -206,6 +209,11 @@ class ExecutionContext:
         finally:
             drv.set_stream(prev)
 
+    def _bind(self) -> None:
+        """Make this thread's launches of the program's GPU functions go to this context's device."""
+        for bind in self._binders:
+            bind(self.device.index)
+
     def _host(self) -> Any:
         """The context's :class:`~ember.model.native_run.HostRun` (built once), or False when
         its program's kernels cannot be walked natively."""
@@ -229,13 +237,7 @@ class ExecutionContext:
                     env[name] = arr  # the kernel computing it writes the caller's array
         values = program.plan["values"]
         ptrs_of = self._ptrs
-        if not self.on_host:
-            # a GPU function launches on the device its thread last used: name this model's device
-            # (once per distinct function, not per step)
-            for f in program.functions.values():
-                bind = getattr(f, "bind_device", None)
-                if bind is not None:
-                    bind(self.device.index)
+        self._bind()
         for j, st in enumerate(program.plan["steps"]):
             if st["kind"] == "view":
                 env[st["dst"]] = mem.reshape(env[st["src"]], tuple(values[st["dst"]]["shape"]))
@@ -391,7 +393,8 @@ class ExecutionContext:
 
                 self._io_steps.run(table_of(table))
             else:
-                plan.launch(table, None if self.on_host else self.device.index)
+                self._bind()
+                plan.launch(table)
             plan.copy_out(table, self._copier(None))
             return
         drv = self.device.driver()
@@ -417,7 +420,8 @@ class ExecutionContext:
         prev = drv.set_stream(caller)
         try:
             table = plan.table(inputs, outputs)
-            plan.launch(table, None if self.on_host else self.device.index)
+            self._bind()
+            plan.launch(table)
             plan.copy_out(table, self._copier(caller))
         finally:
             drv.set_stream(prev)
@@ -484,7 +488,8 @@ class ExecutionContext:
         table = plan.table(io.inputs, io.outputs)
 
         def launch() -> None:
-            plan.launch(table, None if self.on_host else self.device.index)
+            self._bind()
+            plan.launch(table)
             plan.copy_out(table, copy)
 
         prev = drv.set_stream(own)

@@ -85,12 +85,9 @@ class AddressPlan:
         t[self._n_in: self._n_in + self._n_out] = outputs
         return t
 
-    def launch(self, table: list[int], device_index: int | None = None) -> None:
-        """Call every kernel on the addresses of ``table`` (on the calling thread's stream; on GPU
-        ``device_index`` when given, the device the model is placed on)."""
+    def launch(self, table: list[int]) -> None:
+        """Call every kernel on the addresses of ``table`` (on the calling thread's stream)."""
         for fn, slots, name in self.calls:
-            if device_index is not None and hasattr(fn, "bind_device"):
-                fn.bind_device(device_index)
             rc = fn._invoke([table[k] for k in slots], [])
             if rc != 0:
                 raise EmberError(f"kernel {name} failed at run time (code {rc})")
