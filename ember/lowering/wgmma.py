@@ -30,6 +30,7 @@ the distance between groups of 8 along K. The instruction needs the ``sm_90a`` t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
@@ -160,6 +161,49 @@ def _ev(op: str, *args: E.PrimExpr) -> S.Stmt:
     return S.Evaluate(_call(op, *args))
 
 
+def chunk_copies(smem_ref: Callable[[E.PrimExpr], E.BufferLoad], A: Buffer, B: Buffer, b_transposed: bool,
+                 tile: tuple[int, int], origin: tuple[E.PrimExpr, E.PrimExpr], sizes: tuple[int, int, int],
+                 k0: E.PrimExpr, dst0: E.PrimExpr, tid: E.PrimExpr, nthr: int) -> list[S.Stmt]:
+    """The 16-byte ``cp.async`` copies that stage one chunk of 64 (16-bit) elements of K from
+    ``k0``: ``A``'s ``bm`` rows from ``origin[0]`` (K-major) and ``B``'s ``bn`` columns from
+    ``origin[1]`` (N-major blocks of 64 columns, or K-major rows with ``b_transposed``), into the
+    slot at element ``dst0`` of the shared buffer ``smem_ref`` addresses, in the swizzled layouts
+    of :func:`a_offset` / :func:`b_offset`; thread ``tid`` of ``nthr`` issues its share, and copies
+    past the matrix edges write zeros."""
+    (bm, bn), (m0, n0), (M, N, K) = tile, origin, sizes
+    idt = A.dtype
+
+    def copy16(dst_off: E.PrimExpr, buf: Buffer, src_idx: E.PrimExpr, ok: E.PrimExpr) -> S.Stmt:
+        size = E.select(ok, E.const(16), E.const(0))
+        src = E.BufferLoad(buf, (E.select(ok, src_idx, E.const(0)),), idt)
+        return _ev("tc.cp_async:16", smem_ref(dst_off), src, size)
+
+    def kmajor(buf: Buffer, rows: int, row0: E.PrimExpr, nrows: int, dst: E.PrimExpr) -> list[S.Stmt]:
+        c = tid % 8
+        out = []
+        for i in range(rows * 8 // nthr):
+            r = tid // 8 + i * (nthr // 8)
+            ok = E.logical_and(row0 + r < nrows, k0 + c * 8 < K)
+            out.append(copy16(dst + r * 64 + xor3(c, r % 8) * 8, buf, (row0 + r) * K + k0 + c * 8, ok))
+        return out
+
+    def nmajor(dst: E.PrimExpr) -> list[S.Stmt]:
+        per_row = bn // 8
+        cc = tid % per_row
+        c = cc % 8
+        out = []
+        for i in range(BK * per_row // nthr):
+            k = tid // per_row + i * (nthr // per_row)
+            ok = E.logical_and(k0 + k < K, n0 + cc * 8 < N)
+            out.append(copy16(dst + (cc // 8) * 4096 + k * 64 + xor3(c, k % 8) * 8, B, (k0 + k) * N + n0 + cc * 8, ok))
+        return out
+
+    a_elems = bm * BK
+    items = kmajor(A, bm, m0, M, dst0)
+    items += kmajor(B, bn, n0, N, dst0 + a_elems) if b_transposed else nmajor(dst0 + a_elems)
+    return items
+
+
 def check_target(mcpu: str) -> None:
     """Raise :class:`ScheduleError` unless ``mcpu`` is sm_90 or sm_90a (wgmma exists on Hopper
     only, assembled for sm_90a)."""
@@ -223,42 +267,9 @@ def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype
     def smem_ref(off: E.PrimExpr | int) -> E.BufferLoad:
         return E.BufferLoad(smem, (base + off,), idt)
 
-    def copy16(dst_off: E.PrimExpr, buf: Buffer, src_idx: E.PrimExpr, ok: E.PrimExpr) -> S.Stmt:
-        size = E.select(ok, E.const(16), E.const(0))
-        src = E.BufferLoad(buf, (E.select(ok, src_idx, E.const(0)),), idt)
-        return _ev("tc.cp_async:16", smem_ref(dst_off), src, size)
-
-    def kmajor_copies(buf: Buffer, rows: int, row0: E.PrimExpr, nrows: int, k0: E.PrimExpr,
-                      dst0: E.PrimExpr) -> list[S.Stmt]:
-        out = []
-        c = tx % 8
-        for i in range(rows * 8 // nthr):
-            r = tx // 8 + i * (nthr // 8)
-            ok = E.logical_and(row0 + r < nrows, k0 + c * 8 < K)
-            out.append(copy16(dst0 + r * 64 + xor3(c, r % 8) * 8, buf, (row0 + r) * K + k0 + c * 8, ok))
-        return out
-
-    def nmajor_copies(k0: E.PrimExpr, dst0: E.PrimExpr) -> list[S.Stmt]:
-        out = []
-        per_row = bn // 8
-        cc = tx % per_row
-        c = cc % 8
-        for i in range(BK * per_row // nthr):
-            k = tx // per_row + i * (nthr // per_row)
-            ok = E.logical_and(k0 + k < K, n0 + cc * 8 < N)
-            dst = dst0 + (cc // 8) * 4096 + k * 64 + xor3(c, k % 8) * 8
-            out.append(copy16(dst, B, (k0 + k) * N + n0 + cc * 8, ok))
-        return out
-
     def copy_chunk(j: E.PrimExpr) -> S.Stmt:
-        s0 = (j % t.stages) * slot
-        k0 = j * BK
-        items = kmajor_copies(A, bm, m0, M, k0, s0)
-        if b_transposed:
-            items += kmajor_copies(B, bn, n0, N, k0, s0 + a_elems)
-        else:
-            items += nmajor_copies(k0, s0 + a_elems)
-        return S.seq(*items)
+        return S.seq(*chunk_copies(smem_ref, A, B, b_transposed, (bm, bn), (m0, n0), (M, N, K), j * BK,
+                                   (j % t.stages) * slot, tx, nthr))
 
     commit = _ev("tc.cp_async_commit")
     wg = tx // 128

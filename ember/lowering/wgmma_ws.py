@@ -37,7 +37,7 @@ from ..ir import stmt as S
 from ..ir.buffer import Buffer
 from ..ir.dtypes import INT32
 from ..ir.dtypes import dtype as as_dtype
-from .wgmma import ATOM, WGTile, xor3
+from .wgmma import ATOM, WGTile, chunk_copies
 
 #: threads of the producer warpgroup
 PRODUCER = 128
@@ -109,37 +109,8 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         return bar(s + stages if isinstance(s, int) else s + E.const(stages))
 
     # -- producer: warpgroup 0, thread p = tx (0..127) ---------------------------------------------------------
-    def copy16(dst_off: E.PrimExpr, buf: Buffer, src_idx: E.PrimExpr, ok: E.PrimExpr) -> S.Stmt:
-        size = E.select(ok, E.const(16), E.const(0))
-        src = E.BufferLoad(buf, (E.select(ok, src_idx, E.const(0)),), idt)
-        return _ev("tc.cp_async:16", smem_ref(dst_off), src, size)
-
-    def kmajor_copies(buf: Buffer, rows: int, row0: E.PrimExpr, nrows: int, k0: E.PrimExpr,
-                      dst0: E.PrimExpr) -> list[S.Stmt]:
-        out = []
-        c = tx % 8
-        for r_i in range(rows * 8 // PRODUCER):
-            r = tx // 8 + r_i * (PRODUCER // 8)
-            ok = E.logical_and(row0 + r < nrows, k0 + c * 8 < K)
-            out.append(copy16(dst0 + r * 64 + xor3(c, r % 8) * 8, buf, (row0 + r) * K + k0 + c * 8, ok))
-        return out
-
-    def nmajor_copies(k0: E.PrimExpr, dst0: E.PrimExpr) -> list[S.Stmt]:
-        out = []
-        per_row = bn // 8
-        cc = tx % per_row
-        c = cc % 8
-        for r_i in range(BK * per_row // PRODUCER):
-            k = tx // per_row + r_i * (PRODUCER // per_row)
-            ok = E.logical_and(k0 + k < K, n0 + cc * 8 < N)
-            dst = dst0 + (cc // 8) * 4096 + k * 64 + xor3(c, k % 8) * 8
-            out.append(copy16(dst, B, (k0 + k) * N + n0 + cc * 8, ok))
-        return out
-
     s0 = slot_of * slot
     k0 = kc * BK
-    copies = kmajor_copies(A, bm, m0, M, k0, s0)
-    copies += kmajor_copies(B, bn, n0, N, k0, s0 + a_elems) if b_transposed else nmajor_copies(k0, s0 + a_elems)
     if tma:  # one thread: expect the slot's bytes on full[s], then one bulk copy per box
         def box(m: Buffer, c0: E.PrimExpr, c1: E.PrimExpr, dst: E.PrimExpr) -> S.Stmt:
             return _ev("tc.tma_load_2d", smem_ref(dst), E.BufferLoad(m, (E.const(0),), u8), c0, c1, full(slot_of))
@@ -157,7 +128,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     else:
         producer_step = S.seq(
             _ev("tc.mbar_wait", empty(slot_of), 1 - phase_of),
-            *copies,
+            *chunk_copies(smem_ref, A, B, b_transposed, (bm, bn), (m0, n0), (M, N, K), k0, s0, tx, PRODUCER),
             _ev("tc.cp_async_mbar_arrive", full(slot_of)),
         )
     my_tiles = (tiles - blk + (grid - 1)) // grid
