@@ -1,6 +1,7 @@
 """Per-kernel GPU times of a compiled model, measured by CUPTI through ``torch.profiler`` (every
-CUDA kernel of the process, ember's driver-API launches included): the ground truth next to
-``model.profile`` (CUDA events around each step).
+CUDA kernel of the process, ember's driver-API launches included; the table is
+``benchmarks/gpu_kernel_profile.kernel_table``, which also compares with torch.compile): the ground
+truth next to ``model.profile`` (CUDA events around each step).
 
     python scripts/kernel_profile.py MODEL.onnx [--iters 20] [--top 25] [--json OUT.json]
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -24,7 +25,6 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     import onnx
-    from torch.profiler import ProfilerActivity, profile
 
     import ember
 
@@ -41,22 +41,15 @@ def main() -> int:
         dt = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
         feeds[i.name] = (np.ones(shape) if np.issubdtype(dt, np.integer) else np.random.rand(*shape)).astype(dt)
     dev_feeds = {k: ember.nd.array(v, dev) for k, v in feeds.items()}
-    for _ in range(5):
-        model.run_on_device(**dev_feeds)
-    dev.sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(args.iters):
-            model.run_on_device(**dev_feeds)
-        dev.sync()
-    per: dict[str, list[float]] = defaultdict(list)
-    for ev in prof.events():
-        if ev.device_type.name == "CUDA" and ev.device_time_total > 0:
-            per[ev.name].append(ev.device_time_total)
-    rows = sorted(((sum(v) / args.iters, len(v) // args.iters, k) for k, v in per.items()), reverse=True)
-    total = sum(r[0] for r in rows)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from gpu_kernel_profile import kernel_table
+
+    table = kernel_table(lambda: model.run_on_device(**dev_feeds), dev.sync, args.iters)
+    total = table["kernel_ms_per_call"] * 1e3
+    rows = [(ms * 1e3, calls, name) for name, ms, calls in table["by_name"]]
     print(f"{args.model}: GPU kernel time per run {total / 1e3:.3f} ms over {len(rows)} kernels")
     for us, calls, name in rows[: args.top]:
-        print(f"{us:9.1f} us {100 * us / total:5.1f}%  x{calls:<3d} {name[:90]}")
+        print(f"{us:9.1f} us {100 * us / total:5.1f}%  x{calls:<5.1f} {name[:90]}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "total_us": total,
