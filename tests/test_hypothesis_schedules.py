@@ -9,6 +9,7 @@ outputs."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -202,3 +203,25 @@ def test_refused_steps_are_schedule_errors_only():
     out = ember.nd.array(np.full(5, np.nan, dtype="float32"))
     f(ember.nd.array(a), out)
     np.testing.assert_array_equal(out.numpy(), a + 1)
+
+
+@pytest.mark.parametrize("M,N,factor", [(1, 3, 2), (3, 5, 4), (2, 7, 3)])
+def test_cache_write_at_a_split_of_a_fused_axis(kernel, M, N, factor):
+    """A case hypothesis found: the local stage of C computed at the outer part of C's fused (i, j)
+    axis split by a factor that does not divide a row spans a number of rows that varies with the
+    loop; its buffer takes the whole constant row dimension instead of failing to lower."""
+    K = 3
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    CC = s.cache_write(C, "local")
+    fused = s[C].fuse(*s[C].op.axis)
+    outer, _ = s[C].split(fused, factor=factor)
+    s[CC].compute_at(s[C], outer)
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K)).astype("float32")
+    b = rng.standard_normal((K, N)).astype("float32")
+    (c,) = kernel(s, [A, B, C], [a, b], [((M, N), "float32")])
+    kernel.assert_fp(c, a.astype(np.float64) @ b, np.abs(a) @ np.abs(b), ulps=K + 1)

@@ -73,6 +73,11 @@ class _Flatten(Mutator):
             return self.visit(s.body)
         stage = key[0]
         shape = tuple(simplify(ext) for _, ext in s.bounds)
+        if s.scope != "global":
+            # A region whose extent varies with the loops (a split of a fused axis that wraps a row
+            # differently per iteration) lies inside the tensor: its whole constant dimension holds it.
+            shape = tuple(ext if isinstance(ext, E.IntImm) else _whole(s.producer, d, ext)
+                          for d, ext in enumerate(shape))
         for d, ext in enumerate(shape):
             if not isinstance(ext, E.IntImm) and s.scope != "global":
                 raise LoweringError(
@@ -86,6 +91,13 @@ class _Flatten(Mutator):
         self.buffers[key] = (buf, tuple(m for m, _ in s.bounds))
         body = self.visit(s.body)
         return S.Allocate(buf, body)
+
+
+def _whole(producer: Any, d: int, ext: E.PrimExpr) -> E.PrimExpr:
+    """Dimension ``d`` of ``producer``'s tensor when it is constant (an upper bound of any region of
+    it), else the region's extent ``ext``."""
+    full = simplify(E.convert(producer.shape[d])) if d < len(getattr(producer, "shape", ())) else ext
+    return full if isinstance(full, E.IntImm) else ext
 
 
 def _strides(buf: Buffer, idx_t: Any) -> tuple[E.PrimExpr, ...]:
