@@ -7,7 +7,12 @@ and the skinny 16 x 4096 x 4096 in bf16. Each ember case tries the tilings of :d
 keeps the fastest (every variant is checked against float64 first). On sm_90 the fp16/bf16 cases
 also time the Hopper ``wgmma`` kernels (``ember.strategy.tensorcore.wgmma_matmul``, tilings
 :data:`WG_TILES`), reported as their own column. Kernel times are medians of
-``triton.testing.do_bench``. Writes ``tensorcore_bench.json`` and ``.md`` to ``--out``.
+``triton.testing.do_bench``. The variant ``default`` is :func:`ember.strategy.tensorcore.tensorcore_gemm`,
+what a user gets without choosing a tiling. The skinny case is also run as a one-node ONNX model
+(``MatMul`` of a bf16 input and a bf16 weight, compiled by ``ember.compile``: the model compiler splits the long
+reduction over more blocks, which the standalone schedules do not), compared with cuBLAS by
+kernel time per call as CUPTI records it (``gpu_kernel_profile.kernel_table``: the product and the
+sum of its parts, launch gaps excluded). Writes ``tensorcore_bench.json`` and ``.md`` to ``--out``.
 
     python benchmarks/tensorcore_bench.py --out benchmarks/results [--quick] [--paths mma,wgmma] [--cases fp16,bf16]
 """
@@ -24,7 +29,7 @@ from common import machine, write_outputs
 
 import ember
 from ember.lowering.wgmma import WGTile
-from ember.strategy.tensorcore import TCTile, tensorcore_matmul, wgmma_matmul, wgmma_tensor_maps
+from ember.strategy.tensorcore import TCTile, tensorcore_gemm, tensorcore_matmul, wgmma_matmul
 
 TILES = (TCTile(128, 128, 32, 64, 64), TCTile(128, 256, 32, 64, 128), TCTile(256, 128, 32, 128, 64),
          TCTile(128, 128, 64, 64, 64), TCTile(64, 128, 32, 32, 64), TCTile(64, 64, 64, 32, 32),
@@ -38,9 +43,60 @@ WG_TILES = (WGTile(2, 128, 4, 1), WGTile(2, 256, 3, 1), WGTile(2, 256, 4, 1), WG
             WGTile(2, 256, 4, 1, 0, ws=2), WGTile(2, 128, 6, 1, 8, ws=2), WGTile(2, 256, 4, 1, 16, ws=2))
 
 
-def _with_maps(f, maps):
-    """``f`` called as ``f(A, B, C, *maps)``."""
-    return lambda a, b, c: f(a, b, c, *maps)
+def _model_matmul(A, B, ref, bound, Ct, parts_tried: tuple[int, ...] = ()) -> dict:
+    """The product ``A @ B`` (bf16 torch tensors) as a one-node ONNX model compiled by ember, ``B``
+    a constant weight as in inference, checked against float64, then timed against
+    ``torch.matmul`` on the same tensors by CUPTI kernel time per call. ``parts_tried``: split-K
+    part counts forced on the model compiler too (``explore``, to choose its heuristic)."""
+    import torch
+    from gpu_kernel_profile import kernel_table
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    import ember.strategy.gpu as gpu_strategy
+
+    M, K = A.shape
+    N = B.shape[1]
+    weight = h.make_tensor("b", TensorProto.BFLOAT16, [K, N], B.contiguous().view(torch.int16).cpu().numpy().tobytes(),
+                           raw=True)
+    g = h.make_graph([h.make_node("MatMul", ["a", "b"], ["y"])], "skinny",
+                     [h.make_tensor_value_info("a", TensorProto.BFLOAT16, [M, K])],
+                     [h.make_tensor_value_info("y", TensorProto.BFLOAT16, [M, N])], [weight])
+    onnx_bytes = h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
+    ea = ember.nd.from_dlpack(A)
+
+    def kernels_only(t):
+        rows = [r for r in t["by_name"] if "memcpy" not in r[0].lower() and "memset" not in r[0].lower()]
+        return sum(r[1] for r in rows), rows
+
+    def run() -> dict:
+        try:
+            model = ember.compile(onnx_bytes, target="cuda", use_cache=False, tuning_db=False)
+        except ember.EmberError as err:
+            return {"error": str(err)[:300]}
+        (y,) = model.run_on_device(a=ea)
+        got = torch.from_dlpack(y).double()
+        excess = float(((got - ref).abs() - 2.0**-8 * bound).max())
+        if not excess <= 0:
+            return {"error": f"wrong result (excess {excess})"}
+        ms, rows = kernels_only(kernel_table(lambda: model.run_on_device(a=ea), torch.cuda.synchronize, 50))
+        return {"ember_kernel_ms": ms, "ember_kernels": rows, "kernels": len(rows)}
+
+    theirs, theirs_rows = kernels_only(kernel_table(lambda: torch.matmul(A, B, out=Ct), torch.cuda.synchronize, 50))
+    out = run()
+    if "ember_kernel_ms" in out:
+        out.update(cublas_kernel_ms=theirs, cublas_kernels=theirs_rows, ratio=theirs / out["ember_kernel_ms"])
+    heuristic = gpu_strategy.GPUStrategy.tc_split_k
+    explore = {}
+    try:
+        for parts in parts_tried:
+            gpu_strategy.GPUStrategy.tc_split_k = lambda self, *a, parts=parts: parts  # type: ignore[method-assign]
+            r = run()
+            explore[parts] = {k: r[k] for k in ("ember_kernel_ms", "error") if k in r}
+    finally:
+        gpu_strategy.GPUStrategy.tc_split_k = heuristic  # type: ignore[method-assign]
+    out["explore"] = explore
+    return out
 
 
 def bench(fn) -> float:
@@ -55,6 +111,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1024^3 and fewer tilings (a smoke run)")
     ap.add_argument("--paths", default="mma,wgmma", help="which kernels to time: mma (mma.sync), wgmma (sm_90)")
     ap.add_argument("--cases", default="fp16,bf16,tf32,bf16_skinny,tf32_tn")
+    ap.add_argument("--skinny-parts", default="1,2,4,8,16",
+                    help="split-K parts also forced on the skinny ONNX MatMul, to choose the heuristic")
     args = ap.parse_args()
     import torch
 
@@ -96,12 +154,15 @@ def main() -> int:
         if hopper and name == "tf32_tn":  # TF32 wgmma: the TMA kernel only
             wg_tiles = tuple(t for t in WG_TILES if t.ws == 2)
         wg_best = None
-        for tile in (*tiles, *wg_tiles):
+        for tile in ("default", *tiles, *wg_tiles):
             if isinstance(tile, TCTile) and M < tile.bm // 2:
                 continue
             odt = str(tdt).split(".")[-1]
             try:
-                if isinstance(tile, WGTile):
+                if tile == "default":
+                    key = "default"
+                    f = built = ember.build(tensorcore_gemm(M, N, K, odt, odt, bt, name=f"def_{name}"), target="cuda")
+                elif isinstance(tile, WGTile):
                     key = (f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}_g{tile.group_m}"
                            + ("", "_ws", "_tma")[tile.ws])
                     func = wgmma_matmul(M, N, K, odt, odt, tile, bt, target=f"cuda -arch={attrs['arch']}",
@@ -118,9 +179,6 @@ def main() -> int:
             # ember arrays wrapping the torch tensors once: passing torch tensors costs a DLPack
             # import per call, which makes a 30 us kernel host-bound.
             eA, eB, eC = (ember.nd.from_dlpack(x) for x in (A, B, C))
-            if isinstance(tile, WGTile) and tile.ws == 2:  # TMA: the tensor maps of A and B follow C
-                maps = wgmma_tensor_maps(tile, M, N, K, odt, bt, eA, eB)
-                f = _with_maps(f, maps)
             f(eA, eB, eC)
             torch.cuda.synchronize()
             excess = float(((C.double() - ref).abs() - (2.0**-9 if name.startswith("tf32") else 2.0**-8) * bound).max())
@@ -136,6 +194,13 @@ def main() -> int:
                 wg_best = (t, key)
         r = {"M": M, "N": N, "K": K, "cublas_ms": t_cublas * 1e3, "cublas_TFLOPs": 2 * M * N * K / t_cublas / 1e12,
              "variants": variants}
+        if name == "bf16_skinny":
+            r["model_path"] = _model_matmul(A, Bm, ref, bound, Ct, tuple(int(x) for x in args.skinny_parts.split(",")
+                                                                        if x))
+            mp = r["model_path"]
+            if "ratio" in mp:
+                lines.append(f"| {name} as an ONNX MatMul (kernel time) | {mp['ember_kernel_ms'] * 1e3:.1f} us | "
+                             f"{mp['cublas_kernel_ms'] * 1e3:.1f} us | {mp['ratio']:.3f} | {mp['kernels']} |")
         if best is not None:
             r.update(ember_ms=best[0] * 1e3, ember_TFLOPs=2 * M * N * K / best[0] / 1e12, ratio=t_cublas / best[0],
                      best=best[1])

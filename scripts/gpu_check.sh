@@ -54,7 +54,7 @@ run_bench() {
     models_gpu) $PY benchmarks/models_gpu.py --out "$OUT" --models "$EMBER_MODEL_DIR" > "$OUT/models_gpu.log" 2>&1 \
       || bench_rc=1
       tail -n 12 "$OUT/models_gpu.log" ;;
-    tensorcore_bench) $PY benchmarks/tensorcore_bench.py --out "$OUT" > "$OUT/tensorcore_bench.log" 2>&1 || bench_rc=1
+    tensorcore_bench) $PY benchmarks/tensorcore_bench.py --out "$OUT" ${TC_BENCH_ARGS:-} > "$OUT/tensorcore_bench.log" 2>&1 || bench_rc=1
       tail -n 8 "$OUT/tensorcore_bench.log" ;;
     tensorcore_models) $PY benchmarks/tensorcore_models.py --out "$OUT" --models "$EMBER_MODEL_DIR" ${TC_MODELS_ARGS:-} \
       > "$OUT/tensorcore_models.log" 2>&1 || bench_rc=1

@@ -145,6 +145,47 @@ def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
             assert instr in ptx
 
 
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
+@pytest.mark.parametrize("b_t", [False, True])
+def test_tma_maps_are_host_steps(tmp_path, b_t):
+    """The TMA kernel takes only A, B, C: its two tensor maps are workspaces the host encodes from
+    the arguments' addresses (``tensor_map`` in the plan, named in the host IR), and the plan
+    survives a round trip through the module's parts (what the build cache stores)."""
+    M, N, K = 200, 136, 104
+    f = ember.build(wgmma_matmul(M, N, K, "float16", "float32", WGTile(2, 128, 4, 1, 8, ws=2), b_t),
+                    target="cuda -arch=sm_90", cache_dir=tmp_path)
+    assert [p["name"] for p in f["wgmma_gemm"]._params] == ["A", "B", "C"]
+    ws = f["wgmma_gemm"].plan["workspaces"]
+    maps = [w["tensor_map"] for w in ws]
+    assert [m["arg"] for m in maps] == [0, 1] and all(m["dtype"] == "float16" for m in maps)
+    assert maps[0]["box"] == [64, 128]
+    assert maps[1]["box"] == ([64, 128] if b_t else [64, 64])
+    host = f.get_source("host")
+    assert "tmap_A = tensor_map(A, float16, 200 x 104, pitch 208 B, box 64 x 128)" in host
+    assert "tensor_map(B" in host
+    from ember.backends.cuda import CUDABackend
+
+    g = CUDABackend().load(f.parts)  # what the build cache does: check the description, then load
+    assert g["wgmma_gemm"].plan["workspaces"] == ws
+
+
+def test_corrupt_tensor_map_plans_are_refused():
+    """A module description whose tensor map names no buffer argument, an unknown type or an
+    oversize box is refused before anything is encoded."""
+    from ember.backends.gpu.plan_check import check_plan
+    from ember.errors import ModelFormatError
+
+    sig = {"name": "f", "params": [{"kind": "buffer"}, {"kind": "buffer"}], "scalars": []}
+    good = {"arg": 0, "dtype": "float16", "rows": ["const", 8], "cols": ["const", 64], "row_bytes": ["const", 128],
+            "box": [64, 8]}
+    for bad, match in (({"arg": 2}, "not a buffer argument"), ({"dtype": "float128"}, "not a TMA data type"),
+                       ({"box": [64, 512]}, "box"), ({"rows": "8"}, "rows")):
+        plan = {"kernels": [], "steps": [["alloc", 0]],
+                "workspaces": [{"name": "m", "nbytes": ["const", 128], "tensor_map": {**good, **bad}}]}
+        with pytest.raises(ModelFormatError, match=match):
+            check_plan(plan, sig)
+
+
 def test_codegen_refuses_wgmma_below_sm90():
     func = wgmma_matmul(128, 128, 128)
     with pytest.raises(EmberError, match="sm_90"):
@@ -171,6 +212,13 @@ def test_tensorcore_gemm_picks_the_path_by_target():
     assert "tc.mma:mma.m16n8k16.f16" in odd_k and not any(o.startswith("tc.wgmma") for o in odd_k)
     big = _ops(tensorcore_gemm(4096, 4096, 4096, target="cuda -arch=sm_90a", b_transposed=True))
     assert "tc.wgmma:m64n256k16.f16.t0" in big
+    assert any(o.startswith("tc.tma_load_2d") for o in on90 | big)  # the default is the TMA kernel
+    tf32 = _ops(tensorcore_gemm(300, 264, 100, "float32", b_transposed=True, target="cuda -arch=sm_90"))
+    assert "tc.wgmma:m64n128k8.tf32.t0" in tf32
+    tf32_nn = _ops(tensorcore_gemm(300, 264, 100, "float32", target="cuda -arch=sm_90"))
+    assert "tc.mma:mma.m16n8k8.tf32" in tf32_nn  # wgmma reads TF32 B only as N x K
+    with pytest.raises(ScheduleError, match="float16, bfloat16 or float32"):
+        tensorcore_gemm(64, 64, 64, "int8", target="cuda -arch=sm_90")
 
 
 def test_grouped_grid_and_bias_params():

@@ -20,7 +20,11 @@
   and every read from a later write (also across iterations of a loop); barriers are only placed
   where every thread of the block reaches them;
 * static shared memory fits the target (:class:`~ember.errors.LoweringError` names the buffers
-  and the limit otherwise).
+  and the limit otherwise);
+* a global buffer allocated under an ``AttrStmt`` with key ``"tensor_map"`` (value a
+  :class:`TensorMapSpec`) is a TMA tensor map of an argument: the host encodes it from the
+  argument's address at the call (:attr:`HostPlan.tensor_maps`) instead of leaving it
+  uninitialised.
 """
 
 from __future__ import annotations
@@ -83,6 +87,28 @@ class Kernel:
         return self.block[0] * self.block[1] * self.block[2]
 
 
+@dataclass(frozen=True)
+class TensorMapSpec:
+    """A Hopper TMA tensor map (128 bytes, ``cuTensorMapEncodeTiled``) the host makes for a call:
+    the row-major ``rows x cols`` matrix of ``dtype`` at the address of the argument ``source``
+    (rows ``row_bytes`` apart), read in boxes of ``box_cols x box_rows`` elements into the
+    128-byte-swizzled shared layout. Sizes are expressions of the function's sizes."""
+
+    source: Buffer
+    dtype: str
+    rows: E.PrimExpr
+    cols: E.PrimExpr
+    row_bytes: E.PrimExpr
+    box_cols: int
+    box_rows: int
+
+
+def with_tensor_map(buf: Buffer, spec: TensorMapSpec, body: S.Stmt) -> S.Stmt:
+    """``body`` with the global 128-byte buffer ``buf`` holding the tensor map ``spec`` (made by the
+    host for each call, see the module doc)."""
+    return S.AttrStmt(buf, "tensor_map", spec, S.Allocate(buf, body))
+
+
 @dataclass
 class HostPlan:
     """What the host does for one call: allocate workspaces, launch kernels, in order."""
@@ -92,6 +118,8 @@ class HostPlan:
     #: ("alloc", Buffer) / ("launch", kernel index) / ("free", Buffer), in order
     steps: list[tuple[str, Any]]
     host_ir: str
+    #: the workspaces that are tensor maps the host encodes, by buffer
+    tensor_maps: dict[Buffer, TensorMapSpec] = field(default_factory=dict)
 
 
 # -- host/device split -------------------------------------------------------------------------
@@ -116,6 +144,7 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
     kernels: list[Kernel] = []
     steps: list[tuple[str, Any]] = []
     host_lines: list[str] = []
+    maps: dict[Buffer, TensorMapSpec] = {}
 
     def walk(s: S.Stmt, depth: int) -> None:
         pad = "  " * (depth + 1)
@@ -124,6 +153,20 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
                 walk(x, depth)
             return
         if isinstance(s, S.AttrStmt):
+            if s.key == "tensor_map":
+                spec = s.value
+                if not (isinstance(spec, TensorMapSpec) and isinstance(s.body, S.Allocate) and s.body.buffer is s.node
+                        and spec.source in func.params):
+                    raise CodegenError(f"tensor map {getattr(s.node, 'name', s.node)} must annotate its own global "
+                                       "allocation and name an argument of the function as its source")
+                maps[s.node] = spec
+                host_lines.append(f"{pad}{s.node.name} = tensor_map({spec.source.name}, {spec.dtype}, "
+                                  f"{spec.rows} x {spec.cols}, pitch {spec.row_bytes} B, "
+                                  f"box {spec.box_cols} x {spec.box_rows})")
+                steps.append(("alloc", s.node))
+                walk(s.body.body, depth)
+                steps.append(("free", s.node))
+                return
             walk(s.body, depth)
             return
         if isinstance(s, S.Allocate):
@@ -163,7 +206,7 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
         raise CodegenError(f"{func.name} has no loop bound to a GPU thread axis: bind loops to blockIdx/threadIdx")
     params = ", ".join(p.name for p in func.params)
     host_ir = f"host {func.name}({params}):\n" + "\n".join(host_lines)
-    return HostPlan(func, kernels, steps, host_ir)
+    return HostPlan(func, kernels, steps, host_ir, maps)
 
 
 # -- one kernel ------------------------------------------------------------------------------------

@@ -63,8 +63,8 @@ class WGTile:
     group_m: int = 0
     #: 1: the warp-specialised persistent kernel (:mod:`ember.lowering.wgmma_ws`: a producer
     #: warpgroup copying, ``warpgroups`` consumer warpgroups multiplying, mbarriers between them);
-    #: 2: the same with one producer thread issuing TMA bulk copies (the function then also takes
-    #: the tensor maps of A and B, :mod:`ember.runtime.tensor_map`)
+    #: 2: the same with one producer thread issuing TMA bulk copies (the host encodes the tensor
+    #: maps of A and B at each call, cached by address: :class:`ember.lowering.gpu.TensorMapSpec`)
     ws: int = 0
     #: blocks the persistent (``ws``) kernel launches at most: the GPU's multiprocessors
     sms: int = 132

@@ -37,6 +37,7 @@ from ..ir import stmt as S
 from ..ir.buffer import Buffer
 from ..ir.dtypes import INT32
 from ..ir.dtypes import dtype as as_dtype
+from .gpu import TensorMapSpec, with_tensor_map
 from .wgmma import ATOM, WGTile, chunk_copies
 
 #: threads of the producer warpgroup
@@ -200,7 +201,15 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     kernel = S.Allocate(bars, S.Allocate(smem, S.For(tx, E.const(0), E.const(nthr), S.ForKind.THREAD_BINDING, kernel,
                                                      "threadIdx.x")))
     kernel = S.For(blk, E.const(0), E.const(grid), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
-    params = [A, B] + ([bias_buf] if bias_buf is not None else []) + [C] + ([map_a, map_b] if tma else [])
+    if tma:  # the host encodes both maps from A's and B's addresses at each call (cached by address)
+        rb = E.const(K * esz)
+        if b_transposed:
+            spec_b = TensorMapSpec(B, idt_name, E.const(N), E.const(K), rb, BK, bn)
+        else:
+            spec_b = TensorMapSpec(B, idt_name, E.const(K), E.const(N), E.const(N * esz), 64, BK)
+        kernel = with_tensor_map(map_b, spec_b, kernel)
+        kernel = with_tensor_map(map_a, TensorMapSpec(A, idt_name, E.const(M), E.const(K), rb, BK, bm), kernel)
+    params = [A, B] + ([bias_buf] if bias_buf is not None else []) + [C]
     if max(nk * tiles // grid + nk, 0) >= 2**31:
         raise ScheduleError("the warp-specialised wgmma GEMM counts chunks with 32-bit integers; split the product")
     return S.PrimFunc(name, params, kernel, {"target": target})

@@ -229,6 +229,16 @@ def detected_arch() -> str | None:
         return None
 
 
+def detected_sm_count(arch: str) -> int | None:
+    """Multiprocessors of GPU 0 when it is an ``arch`` GPU, else None (never raises)."""
+    try:
+        if detected_arch() != arch:
+            return None
+        return int(device_attribute(0, "multi_processor_count"))
+    except (DeviceError, OSError):
+        return None
+
+
 # -- memory -----------------------------------------------------------------------------------------
 def mem_alloc(nbytes: int, index: int) -> int:
     """Allocate device memory."""

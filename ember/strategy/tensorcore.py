@@ -23,7 +23,6 @@ are rejected before anything is built.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from .. import te
 from ..errors import ScheduleError
@@ -451,42 +450,29 @@ def wgmma_matmul(
                            tgt.max_shared_memory_per_block_optin, bias, relu)
 
 
-def wgmma_tensor_maps(tile: WGTile, M: int, N: int, K: int, in_dtype: str, b_transposed: bool, a: Any,
-                      b: Any) -> tuple[Any, Any]:
-    """The TMA tensor maps a ``ws=2`` wgmma function takes after ``C`` (``f(A, B, C, map_A, map_B)``),
-    as device arrays on ``a``'s device, for the device arrays ``a`` (``M x K``) and ``b`` (``K x N``,
-    or ``N x K`` with ``b_transposed``). The maps hold those arrays' addresses: make them again for
-    other arrays."""
-    import numpy as np
-
-    from ..runtime.ndarray import array as nd_array
-    from ..runtime.tensor_map import encode_2d
-
-    esz = 4 if in_dtype == "float32" else 2
-    bk = 128 // esz  # one 128-byte row of K per box row
-    ma = encode_2d(a.data_ptr, in_dtype, M, K, K * esz, bk, tile.bm)
-    if b_transposed:
-        mb = encode_2d(b.data_ptr, in_dtype, N, K, K * esz, bk, tile.bn)
-    else:
-        mb = encode_2d(b.data_ptr, in_dtype, K, N, N * esz, 64, bk)
-    return tuple(nd_array(np.frombuffer(m, np.uint8).copy(), a.device) for m in (ma, mb))  # type: ignore[return-value]
-
-
 def default_wgmma_tile(M: int, N: int, sms: int = 132) -> WGTile:
-    """The wgmma tiling :func:`tensorcore_gemm` picks: 128 x 256 blocks, 4 stages, one group in
-    flight (the fastest measured at 4096^3 on the H100, ``benchmarks/tensorcore_bench.py``) when
-    they give every multiprocessor a block, else 128 x 128 (twice the blocks; not measured apart)."""
+    """The wgmma tiling :func:`tensorcore_gemm` picks: the warp-specialised persistent kernel with
+    a TMA producer (``ws=2``), two consumer warpgroups, 4 stages, tiles walked in groups of 16 rows
+    of blocks, 128 x 256 blocks (the fastest measured at 4096^3 on the H200: 617 TFLOP/s fp16,
+    ``benchmarks/results/tensorcore_bench_h200.md``) when they give every multiprocessor a tile,
+    else 128 x 128 (twice the tiles; not measured apart)."""
     if -(-M // 128) * -(-N // 256) >= sms:
-        return WGTile(2, 256, 4, 1)
-    return WGTile(2, 128, 4, 1)
+        return WGTile(2, 256, 4, 1, 16, ws=2, sms=sms)
+    return WGTile(2, 128, 4, 1, 16, ws=2, sms=sms)
 
 
 def wgmma_applies(M: int, N: int, K: int, in_dtype: str, b_transposed: bool, target: Target) -> str | None:
     """Why the wgmma path does not apply to this GEMM on ``target`` (None when it does)."""
     if target.kind != "cuda" or target.mcpu not in ("sm_90", "sm_90a"):
         return f"the target {target} is not sm_90"
+    if in_dtype == "float32":
+        if not b_transposed:
+            return "wgmma reads TF32 B only as N x K (K-major)"
+        if K % 4:
+            return "K must be a multiple of 4 (16-byte TMA rows)"
+        return None
     if in_dtype not in ("float16", "bfloat16"):
-        return f"the inputs are {in_dtype}, wgmma here multiplies float16 or bfloat16"
+        return f"the inputs are {in_dtype}, wgmma here multiplies float16, bfloat16 or float32 (TF32)"
     if K % 8 or (N % 8 and not b_transposed):
         return "K (and N, when B is K x N) must be multiples of 8"
     return None
@@ -504,17 +490,25 @@ def tensorcore_gemm(
 ) -> PrimFunc:
     """The lowered function ``name(A, B, C)`` of ``C = A @ B`` on the best tensor-core path of
     ``target`` (``"cuda"`` without ``-arch`` means this machine's GPU, sm_80 without one): the
-    Hopper ``wgmma`` kernel (:func:`wgmma_matmul`, :func:`default_wgmma_tile`) on sm_90 when
-    :func:`wgmma_applies`, else ``mma.sync`` (:func:`tensorcore_matmul`, default tiling). Inputs
-    float16 or bfloat16, float32 accumulation, ``C`` of ``out_dtype`` (default float32)."""
+    Hopper ``wgmma`` kernel (:func:`wgmma_matmul` with :func:`default_wgmma_tile`, TMA loads whose
+    tensor maps the host encodes at each call) on sm_90 when :func:`wgmma_applies`, else
+    ``mma.sync`` (:func:`tensorcore_matmul`, default tiling). Inputs float16, bfloat16 or float32
+    (multiplied as TF32: 10 mantissa bits), float32 accumulation, ``C`` of ``out_dtype`` (default
+    float32). Raises :class:`~ember.errors.ScheduleError` for other input types."""
     from ..backends import backend_for
     from ..lowering.api import lower
 
     tgt = backend_for(target).resolve(Target(target) if isinstance(target, str) else target)
-    if in_dtype not in ("float16", "bfloat16"):
-        raise ScheduleError(f"tensorcore_gemm multiplies float16 or bfloat16, not {in_dtype}")
+    intrins = {"float16": "mma.m16n8k16.f16", "bfloat16": "mma.m16n8k16.bf16", "float32": "mma.m16n8k8.tf32"}
+    if in_dtype not in intrins:
+        raise ScheduleError(f"tensorcore_gemm multiplies float16, bfloat16 or float32 (as TF32), not {in_dtype}")
     if wgmma_applies(M, N, K, in_dtype, b_transposed, tgt) is None:
-        return wgmma_matmul(M, N, K, in_dtype, out_dtype, default_wgmma_tile(M, N), b_transposed, tgt, name)
-    intrin = "mma.m16n8k16.f16" if in_dtype == "float16" else "mma.m16n8k16.bf16"
-    s, args = tensorcore_matmul(M, N, K, intrin, out_dtype or "float32", b_transposed=b_transposed, target=tgt)
+        from ..runtime.cuda_driver import detected_sm_count
+
+        # the persistent kernel launches one block per multiprocessor: this GPU's count when the
+        # target is this GPU, else an H100 / H200 SXM's 132
+        sms = detected_sm_count(tgt.mcpu) or 132
+        return wgmma_matmul(M, N, K, in_dtype, out_dtype, default_wgmma_tile(M, N, sms), b_transposed, tgt, name)
+    s, args = tensorcore_matmul(M, N, K, intrins[in_dtype], out_dtype or "float32", b_transposed=b_transposed,
+                                target=tgt)
     return lower(s, args, name, target=tgt)

@@ -14,7 +14,7 @@ import pytest
 
 import ember
 from ember.lowering.wgmma import WGTile
-from ember.strategy.tensorcore import wgmma_matmul, wgmma_tensor_maps
+from ember.strategy.tensorcore import wgmma_matmul
 
 pytestmark = pytest.mark.gpu
 rng = np.random.default_rng()
@@ -46,8 +46,7 @@ def _run(dev, tmp_path, M, N, K, dt, b_t, tile, out_dtype="float32"):
         a, b = a.astype("float16"), b.astype("float16")
     c = ember.nd.array(np.full((M, N), np.nan, out_dtype), dev)
     da, db = ember.nd.array(a, dev, dtype=dt), ember.nd.array(b, dev, dtype=dt)
-    maps = wgmma_tensor_maps(tile, M, N, K, dt, b_t, da, db) if tile is not None and tile.ws == 2 else ()
-    f(da, db, c, *maps)
+    f(da, db, c)
     a64, b64 = _seen(dt, a), _seen(dt, b)
     if b_t:
         b64 = b64.T
@@ -76,7 +75,7 @@ TILES = [WGTile(2, 256, 4, 1), WGTile(1, 128, 3, 0), WGTile(2, 64, 2, 0), WGTile
          # is 3 x 2 to 6 x 5 tiles), so slots and mbarrier phases carry across tiles
          WGTile(2, 256, 4, 1, 8, ws=1, sms=3), WGTile(1, 128, 3, 1, 0, ws=1, sms=2),
          WGTile(2, 64, 3, 1, 2, ws=1, sms=5),
-         # the same with TMA bulk copies (the tensor maps follow C)
+         # the same with TMA bulk copies (the host encodes the tensor maps)
          WGTile(2, 256, 4, 1, 8, ws=2, sms=3), WGTile(1, 128, 3, 1, 0, ws=2, sms=2),
          WGTile(2, 64, 3, 1, 2, ws=2, sms=5)]
 
@@ -142,3 +141,39 @@ def test_wgmma_bias_relu(hopper, tmp_path, out_dtype):
     got = c.numpy().astype(np.float64)
     assert (np.abs(got - ref) <= rel * bound).all()
     assert (got == 0).any() and (got > 0).any()  # the clamp acted, and not everywhere
+
+
+def test_tma_maps_follow_the_arguments(hopper, tmp_path):
+    """The TMA kernel's tensor maps are encoded from each call's addresses: new arrays (a cache
+    miss), the first arrays again (a hit) and PyTorch tensors all give their own products; a view that starts 2 bytes into a buffer is refused by name."""
+    M, N, K = 300, 264, 200
+    f = ember.build(wgmma_matmul(M, N, K, "float16", "float32", WGTile(2, 128, 4, 1, 8, ws=2, sms=4),
+                                 target="cuda -arch=sm_90"), target="cuda -arch=sm_90", cache_dir=tmp_path)
+
+    def case():
+        a = rng.standard_normal((M, K)).astype("float16")
+        b = rng.standard_normal((K, N)).astype("float16")
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        bound = 2.0**-20 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+        return a, b, ref, bound
+
+    first = case()
+    second = case()
+    arrays = []
+    for a, b, ref, bound in (first, second):
+        da, db = ember.nd.array(a, hopper), ember.nd.array(b, hopper)
+        c = ember.nd.array(np.full((M, N), np.nan, "float32"), hopper)
+        f(da, db, c)
+        assert (np.abs(c.numpy() - ref) <= bound).all()
+        arrays.append((da, db))
+    c = ember.nd.array(np.full((M, N), np.nan, "float32"), hopper)
+    f(*arrays[0], c)  # the first maps again
+    assert (np.abs(c.numpy() - first[2]) <= first[3]).all()
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    a, b, ref, bound = case()
+    tc = torch.full((M, N), float("nan"), device=f"cuda:{hopper.index}")
+    f(torch.from_numpy(a).cuda(hopper.index), torch.from_numpy(b).cuda(hopper.index), tc)
+    assert (np.abs(tc.cpu().numpy() - ref) <= bound).all()
+    flat = torch.zeros(M * K + 1, dtype=torch.float16, device=f"cuda:{hopper.index}")
+    with pytest.raises(ember.errors.ArgumentError, match="16-byte aligned"):
+        f(flat[1:].view(M, K), torch.from_numpy(b).cuda(hopper.index), tc)

@@ -29,7 +29,9 @@ _PARAM_TYPE = {("int", 32): "i32", ("int", 64): "i64", ("uint", 32): "u32", ("ui
 def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict[str, int]) -> dict[str, Any]:
     """The host plan in the JSON form the runtime reads: kernels (name, grid as expression
     trees over the signature's sizes, block, shared memory, parameter types, arguments), steps
-    and workspaces (byte counts as expression trees; see :mod:`ember.runtime.size_expr`).
+    and workspaces (byte counts as expression trees; see :mod:`ember.runtime.size_expr`; a
+    workspace that is a TMA tensor map also has ``tensor_map``: the argument index, dtype, rows,
+    columns and row pitch as trees, the box).
     Raises CodegenError when a launch size is not an integer expression of the sizes."""
     func = plan.func
     bufs = [p for p in func.params if isinstance(p, Buffer)]
@@ -74,7 +76,17 @@ def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict
         total: E.PrimExpr = E.const(max(1, b.dtype.bits // 8), "int64")
         for d in b.shape:
             total = total * E.cast("int64", d)
-        ws.append({"name": b.name, "nbytes": _tree(total, scal_index, b.name)})
+        entry: dict[str, Any] = {"name": b.name, "nbytes": _tree(total, scal_index, b.name)}
+        spec = plan.tensor_maps.get(b)
+        if spec is not None:
+            entry["tensor_map"] = {
+                "arg": buf_index[spec.source.data], "dtype": spec.dtype,
+                "rows": _tree(E.cast("int64", spec.rows), scal_index, b.name),
+                "cols": _tree(E.cast("int64", spec.cols), scal_index, b.name),
+                "row_bytes": _tree(E.cast("int64", spec.row_bytes), scal_index, b.name),
+                "box": [spec.box_cols, spec.box_rows],
+            }
+        ws.append(entry)
     return {"kernels": kernels, "steps": steps, "workspaces": ws}
 
 

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ...errors import ArgumentError
 from ...ir.dtypes import DataType
 from ...runtime import cuda_driver
-from ...runtime.gpu_array import GPUArray, empty
+from ...runtime.gpu_array import GPUArray, array, empty
 from ...runtime.module import Function, Module
 from ...runtime.ndarray import Device
 from ...runtime.size_expr import compile_grid, compile_tree
+from ...runtime.tensor_map import encode_2d
 
 
 # -- compiled modules --------------------------------------------------------------------------------
@@ -77,6 +81,11 @@ class GPUFunction(Function):
         # launch sizes: expression trees checked by check_gpu_meta, compiled once into closures
         self._grid_fns = [compile_grid(k["grid"]) for k in self._kernels]
         self._ws_fns = [compile_tree(w["nbytes"]) for w in plan["workspaces"]]
+        # workspaces that are TMA tensor maps: (argument, dtype, rows, cols, pitch, box) per workspace
+        self._maps = {w: (tm["arg"], tm["dtype"], compile_tree(tm["rows"]), compile_tree(tm["cols"]),
+                          compile_tree(tm["row_bytes"]), tuple(tm["box"]))
+                      for w, ws in enumerate(plan["workspaces"]) if (tm := ws.get("tensor_map")) is not None}
+        self._map_cache: OrderedDict[tuple[int, ...], GPUArray] = OrderedDict()
         self._nscal = nscal
         # The device of the call in progress, per thread: two threads may call one function with
         # arrays on different GPUs.
@@ -268,6 +277,7 @@ class GPUFunction(Function):
         # default stream they are allocated per call and freed once the device is done.
         stream = drv.current_stream() if hasattr(drv, "current_stream") else None
         ws: dict[int, Any] = {}
+        temporary = False
         for step in self._steps:
             op = step[0]
             if op == "launch":
@@ -284,16 +294,50 @@ class GPUFunction(Function):
                 launchers[kid](grid, values)
             elif op == "alloc":
                 wid = step[1]
+                if wid in self._maps:
+                    ws[wid] = self._tensor_map(wid, pointers, scalars, index, stream)
+                    continue
                 nbytes = max(1, self._ws_fns[wid](scalars))
+                temporary = stream is None
                 if stream is not None:
                     ws[wid] = self._stream_workspace(stream, wid, nbytes, index)
                 else:
                     ws[wid] = empty((nbytes,), DataType("uint", 8), Device(self._kind, index))
             elif op == "free":
                 pass  # freed when the call returns (after the device is done with it, see below)
-        if ws and stream is None:
+        if temporary:
             Device(self._kind, index).sync()
         return 0
+
+    #: Tensor maps one function keeps for calls on the default stream (least recently used dropped).
+    MAP_CACHE = 256
+
+    def _tensor_map(self, wid: int, pointers: list[int], scalars: list[int], index: int, stream: Any) -> GPUArray:
+        """The device copy of workspace ``wid``'s TMA tensor map for this call's argument address
+        and sizes. A map holds only the address, sizes and box, so one made earlier for the same
+        values is reused (kept with ``stream`` when the call is on a caller's stream, as
+        workspaces are, so a captured CUDA graph's maps stay alive; else in a per-function cache):
+        a model, whose addresses do not change, encodes and uploads each map once."""
+        arg, dt, rows_f, cols_f, pitch_f, box = self._maps[wid]
+        ptr = pointers[arg]
+        key = (id(self), wid, index, ptr, rows_f(scalars), cols_f(scalars), pitch_f(scalars))
+        kept = stream.__dict__.setdefault("tensor_maps", {}) if stream is not None else self._map_cache
+        hit = kept.get(key)
+        if hit is not None:
+            if stream is None:
+                self._map_cache.move_to_end(key)
+            return hit
+        if ptr % 16:
+            raise ArgumentError(
+                f"buffer argument {self._buffer_names[arg]} of {self.name} is read by TMA, which needs a "
+                f"16-byte aligned address (got {ptr:#x}): pass a copy (tensor.clone()) or a view that "
+                "starts at an aligned element")
+        m = encode_2d(ptr, dt, key[4], key[5], key[6], box[0], box[1])
+        buf = array(np.frombuffer(m, np.uint8).copy(), DataType("uint", 8), Device(self._kind, index))
+        kept[key] = buf
+        if stream is None and len(self._map_cache) > self.MAP_CACHE:
+            self._map_cache.popitem(last=False)
+        return buf
 
     def _stream_workspace(self, stream: Any, wid: int, nbytes: int, index: int) -> Any:
         """Workspace ``wid`` of this function on ``stream`` (allocated on first use, kept while

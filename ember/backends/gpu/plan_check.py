@@ -84,7 +84,9 @@ def check_plan(plan: Any, sig: dict[str, Any]) -> list[str]:
     ``args`` ``[src, index]`` with src ``arg`` (a buffer parameter), ``ws`` (a workspace) or
     ``scalar`` (a size), index in range; ``aligned_args`` buffer indices. Steps are
     ``["launch", kernel]``, ``["alloc", ws]``, ``["free", ws]`` in range; workspaces have a name
-    and an ``nbytes`` tree."""
+    and an ``nbytes`` tree, and a workspace that is a TMA tensor map a ``tensor_map`` with a
+    buffer argument index, a TMA data type, rows/cols/row_bytes trees and a box of two ints in
+    1..256."""
     fname = sig["name"]
     where = f"the launch plan of {fname}"
     if not isinstance(plan, dict):
@@ -101,6 +103,8 @@ def check_plan(plan: Any, sig: dict[str, Any]) -> list[str]:
         if not isinstance(ws, dict) or not isinstance(ws.get("name"), str):
             raise ModelFormatError(f"{where}: workspace {w} has no name")
         check_tree(ws.get("nbytes"), nsizes, f"{where}: the size of workspace {w}")
+        if "tensor_map" in ws:
+            _check_tensor_map(ws["tensor_map"], f"{where}: the tensor map of workspace {w}", nbuf, nsizes)
     names = []
     for kid, k in enumerate(kernels):
         names.append(_check_kernel(k, f"{where}: kernel {kid}", nbuf, nws, nsizes))
@@ -149,3 +153,19 @@ def _check_kernel(k: Any, where: str, nbuf: int, nws: int, nsizes: int) -> str:
     if not isinstance(aligned, list) or not all(_int_in(i, 0, nbuf - 1) for i in aligned):
         raise ModelFormatError(f"{where}: aligned_args are not buffer argument indices")
     return name
+
+
+def _check_tensor_map(tm: Any, where: str, nbuf: int, nsizes: int) -> None:
+    from ...runtime.tensor_map import DATA_TYPES
+
+    if not isinstance(tm, dict):
+        raise ModelFormatError(f"{where} is not an object")
+    if not _int_in(tm.get("arg"), 0, nbuf - 1):
+        raise ModelFormatError(f"{where}: its argument {tm.get('arg')!r} is not a buffer argument index")
+    if tm.get("dtype") not in DATA_TYPES:
+        raise ModelFormatError(f"{where}: {tm.get('dtype')!r} is not a TMA data type")
+    for key in ("rows", "cols", "row_bytes"):
+        check_tree(tm.get(key), nsizes, f"{where}: {key}")
+    box = tm.get("box")
+    if not isinstance(box, list) or len(box) != 2 or not all(_int_in(b, 1, 256) for b in box):
+        raise ModelFormatError(f"{where}: the box {box!r} is not two ints in 1..256")
