@@ -160,6 +160,8 @@ def model_tensorcore_space(acc: te.Tensor, intrin: MatrixIntrinsic, target: Targ
 TC_SPLIT_MIN_K = 2048
 TC_MAX_SPLIT = 24
 TC_PART_CHUNKS = 4
+#: padded rows up to which a tensor-core product counts as skinny (memory-bound) in :func:`tc_split_k`
+SKINNY_ROWS = 32
 
 
 def tc_split_k(batch: int, mp: int, np_: int, kp: int, min_blocks: int = MIN_TC_BLOCKS) -> int:
@@ -169,7 +171,12 @@ def tc_split_k(batch: int, mp: int, np_: int, kp: int, min_blocks: int = MIN_TC_
     least :data:`TC_PART_CHUNKS` chunks) that launch ``min_blocks`` blocks of 64 x 64, or the
     most such parts. BERT-base's 128 x 768 x 3072 product gets 6 parts (144 blocks instead of
     192 blocks of 16 x 32 each looping over all of K); a late ResNet layer at batch 1 (512 x 49
-    outputs, K = 4608) 18."""
+    outputs, K = 4608) 18. A product of at most :data:`SKINNY_ROWS` padded rows reads its
+    weights once for few outputs (memory-bound): it aims at twice ``min_blocks``, for more loads in
+    flight (16 x 4096 x 4096 bf16 on the H200: 4 parts, 9.9 us of kernels against 11.6 with 2 and
+    10.8 with 8; ``benchmarks/results/tensorcore_bench_h200.json``, ``model_path``)."""
+    if mp <= SKINNY_ROWS:
+        min_blocks *= 2
     blocks = batch * max(1, mp // 64) * max(1, np_ // 64)
     if blocks >= min_blocks or kp < TC_SPLIT_MIN_K or kp % 64:
         return 1

@@ -126,6 +126,7 @@ def test_split_k_product_computes_the_same_values() -> None:
     ((1, 512, 64, 4608), 18),    # ResNet-50 layer 4, 3 x 3, batch 1
     ((1, 128, 768, 768), 1),     # K too short to split
     ((32, 512, 64, 4608), 1),    # batch 32 fills the GPU already
+    ((1, 16, 4096, 4096), 4),    # skinny, memory-bound: 256 blocks of 16 x 64 (2 would give 128)
 ])
 def test_tensorcore_split_k(shape: tuple[int, int, int, int], parts: int) -> None:
     from ember.strategy.tensorcore import tc_split_k
