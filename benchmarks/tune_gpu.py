@@ -5,9 +5,11 @@
    trials, then compiled with and without the records; both are timed with the input on the
    device (``run_on_device``, CUDA graphs), next to ``torch.mm`` (cuBLAS, TF32 off), each the median
    of synchronised calls, in alternating rounds. Outputs are checked against torch (relative error).
-2. **ResNet-50** (batch 1, fp32, the seeded export of ``tests/models/nets.py``): its distinct
-   tunable kernels are tuned for ``--resnet-budget`` seconds (or ``--resnet-trials``); the model is
-   compiled with and without the records and timed next to torch eager.
+2. **ResNet-50** (batch 1, fp32, the seeded export of ``tests/models/nets.py``) and **BERT-base**
+   (sequence 128, batch 1, fp32, seeded random weights): their distinct tunable kernels are tuned
+   for ``--resnet-budget`` / ``--bert-budget`` (or that many trials; 0 trials only times the
+   records already in the database); each model is compiled with and without the records and timed
+   next to torch eager and ``torch.compile(mode="reduce-overhead")`` (CUDA graphs).
 
 The records database (``--db``) is resumable: a later run with the same file goes on from it (the
 trial counts include earlier runs). Writes ``tune_gpu.json`` and ``tune_gpu.md`` to ``--out``.
@@ -86,34 +88,90 @@ def bench_sgemm(n: int, trials: int, db: str, budget: str | None) -> dict[str, A
             "tuning": tune_summary(result)}
 
 
-def bench_resnet(trials: int, db: str, budget: str | None, models: Path) -> dict[str, Any]:
-    """Tune ResNet-50's kernels and time the network tuned, untuned and in torch eager."""
+def _network(name: str, models: Path) -> tuple[Path, Any, dict[str, Any]]:
+    """The ONNX file, the torch module (on the GPU, fp32, eval) and the torch inputs of ``name``:
+    ``resnet50`` (batch 1, the seeded export of ``tests/models/nets.py``) or ``bert`` (BERT-base,
+    12 layers, random weights seeded, sequence 128, batch 1)."""
     import torch
-    from nets import NETS, export, randomize_bn
 
-    path = export("resnet50", models)
-    result = ember.tune(str(path), "cuda", trials=trials, db=db, time_budget=budget)
-    print(result, flush=True)
+    if name == "resnet50":
+        from nets import NETS, export, randomize_bn
+
+        path = export("resnet50", models)
+        make, shape = NETS["resnet50"]
+        torch.manual_seed(0)
+        net = make().eval()
+        randomize_bn(net)
+        x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+        return path, net.cuda(), {"input": torch.from_numpy(x).cuda()}
+    from tensorcore_models import _export
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    cfg = BertConfig(num_hidden_layers=12)
+    bert = BertModel(cfg).eval().cuda()
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids: Any, mask: Any) -> Any:
+            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    net = Wrapper().eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, cfg.vocab_size, (1, 128), generator=g).cuda()
+    feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    path = models / "bert_base_fp32_seeded.onnx"
+    if not path.exists():
+        _export(net, tuple(feeds.values()), path, list(feeds), ["last_hidden_state"])
+    return path, net, feeds
+
+
+def bench_network(name: str, trials: int, db: str, budget: str | None, models: Path,
+                  compare_compile: bool = True) -> dict[str, Any]:
+    """Tune a network's kernels (``trials`` or ``budget``; ``trials=0`` only times the records
+    already in ``db``) and time it tuned, untuned, in torch eager and (``compare_compile``) in
+    ``torch.compile(mode="reduce-overhead")`` (CUDA graphs), TF32 off everywhere."""
+    import torch
+
+    path, net, feeds = _network(name, models)
+    out: dict[str, Any] = {}
+    if trials > 0:
+        result = ember.tune(str(path), "cuda", trials=trials, db=db, time_budget=budget)
+        print(result, flush=True)
+        out["tuning"] = tune_summary(result)
     dev = ember.cuda(0)
     t0 = time.perf_counter()
     tuned = ember.compile(path, "cuda", tuning_db=db)
     compile_s = time.perf_counter() - t0
     plain = ember.compile(path, "cuda", tuning_db=False)
-    make, shape = NETS["resnet50"]
-    torch.manual_seed(0)
-    net = make().eval()
-    randomize_bn(net)
-    net = net.cuda()
-    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
-    xd, xt = ember.nd.array(x, dev), torch.from_numpy(x).cuda()
+    host = {k: v.cpu().numpy() for k, v in feeds.items()}
+    dev_feeds = {k: ember.nd.array(v, dev) for k, v in host.items()}
+    fns = {"tuned": lambda: tuned.run_on_device(**dev_feeds), "default": lambda: plain.run_on_device(**dev_feeds)}
     with torch.no_grad():
-        ref = net(xt).double().cpu().numpy()
-        errs = {"tuned": _rel(tuned(x)[0], ref), "default": _rel(plain(x)[0], ref)}
-        ms = _alternating({"tuned": lambda: tuned.run_on_device(input=xd),
-                           "default": lambda: plain.run_on_device(input=xd), "torch_eager": lambda: net(xt)}, dev.sync)
-    return {"ms": {k: round(v, 4) for k, v in ms.items()}, "tuned_vs_default": round(ms["default"] / ms["tuned"], 3),
-            "tuned_vs_torch_eager": round(ms["torch_eager"] / ms["tuned"], 3), "rel_err_vs_torch": errs,
-            "compile_with_records_s": round(compile_s, 1), "tuning": tune_summary(result)}
+        ref = net(*feeds.values()).double().cpu().numpy()
+        out["rel_err_vs_torch"] = {"tuned": _rel(tuned(**host)[0], ref), "default": _rel(plain(**host)[0], ref)}
+        fns["torch_eager"] = lambda: net(*feeds.values())
+        if compare_compile:
+            t1 = time.perf_counter()
+            ro = torch.compile(net, mode="reduce-overhead")
+            for _ in range(3):
+                ro(*feeds.values())
+            out["torch_compile_s"] = round(time.perf_counter() - t1, 1)
+            fns["torch_reduce_overhead"] = lambda: ro(*feeds.values())
+        ms = _alternating(fns, dev.sync)
+    out.update({"ms": {k: round(v, 4) for k, v in ms.items()},
+                "tuned_vs_default": round(ms["default"] / ms["tuned"], 3),
+                "tuned_vs_torch_eager": round(ms["torch_eager"] / ms["tuned"], 3),
+                "compile_with_records_s": round(compile_s, 1)})
+    if "torch_reduce_overhead" in ms:
+        out["tuned_over_reduce_overhead"] = round(ms["tuned"] / ms["torch_reduce_overhead"], 3)
+        out["default_over_reduce_overhead"] = round(ms["default"] / ms["torch_reduce_overhead"], 3)
+    if compare_compile:
+        torch._dynamo.reset()
+    return out
 
 
 def main() -> int:
@@ -124,9 +182,12 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--sgemm-trials", type=int, default=64)
     ap.add_argument("--sgemm-budget", default=None)
-    ap.add_argument("--resnet-trials", type=int, default=1000)
+    ap.add_argument("--resnet-trials", type=int, default=1000, help="0: only time the records in --db")
     ap.add_argument("--resnet-budget", default="10m")
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip: sgemm,resnet")
+    ap.add_argument("--bert-trials", type=int, default=1000, help="0: only time the records in --db")
+    ap.add_argument("--bert-budget", default="5m")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: sgemm,resnet,bert")
+    ap.add_argument("--no-compile", action="store_true", help="do not time torch.compile reduce-overhead")
     ap.add_argument("--models", default="/tmp/ember_models")
     args = ap.parse_args()
     import torch
@@ -143,19 +204,31 @@ def main() -> int:
     if "sgemm" not in skip:
         results["sgemm"] = bench_sgemm(args.n, args.sgemm_trials, args.db, args.sgemm_budget)
         ok &= max(results["sgemm"]["rel_err_vs_fp64"].values()) < 1e-4
-    if "resnet" not in skip:
-        results["resnet50"] = bench_resnet(args.resnet_trials, args.db, args.resnet_budget, Path(args.models))
-        ok &= max(results["resnet50"]["rel_err_vs_torch"].values()) < 1e-3
+    models = Path(args.models)
+    models.mkdir(parents=True, exist_ok=True)
+    for part, key_, trials, budget in (("resnet", "resnet50", args.resnet_trials, args.resnet_budget),
+                                       ("bert", "bert", args.bert_trials, args.bert_budget)):
+        if part in skip:
+            continue
+        results[key_] = bench_network(key_, trials, args.db, budget, models, not args.no_compile)
+        ok &= max(results[key_]["rel_err_vs_torch"].values()) < 1e-3
+        print(key_, results[key_], flush=True)
     lines = [f"# Auto-tuning on {key.device} ({key.arch})", ""]
     if "sgemm" in results:
         s = results["sgemm"]
         lines += [f"SGEMM {s['n']}^3 fp32: tuned {s['ms']['tuned']} ms ({s['TFLOPs']['tuned']} TFLOP/s), "
                   f"default {s['ms']['default']} ms, cuBLAS {s['ms']['cublas']} ms: tuned = {s['tuned_vs_cublas']}x "
                   f"cuBLAS; {s['tuning']['new_trials']} trials in {s['tuning']['tuning_s']} s", ""]
-    if "resnet50" in results:
-        r = results["resnet50"]
-        lines += [f"ResNet-50 b1 fp32: tuned {r['ms']['tuned']} ms, default {r['ms']['default']} ms, torch eager "
-                  f"{r['ms']['torch_eager']} ms; {r['tuning']['new_trials']} trials in {r['tuning']['tuning_s']} s"]
+    for key_, title in (("resnet50", "ResNet-50 b1 fp32"), ("bert", "BERT-base seq 128 b1 fp32")):
+        if key_ not in results:
+            continue
+        r = results[key_]
+        ro = r["ms"].get("torch_reduce_overhead")
+        tuning = r.get("tuning")
+        lines += [f"{title}: tuned {r['ms']['tuned']} ms, default {r['ms']['default']} ms, torch eager "
+                  f"{r['ms']['torch_eager']} ms" + (f", torch.compile reduce-overhead {ro} ms (tuned / it = "
+                                                    f"{r['tuned_over_reduce_overhead']})" if ro else "")
+                  + (f"; {tuning['new_trials']} trials in {tuning['tuning_s']} s" if tuning else ""), ""]
     print(write_outputs(args.out, "tune_gpu", results, lines))
     return 0 if ok else 1
 
