@@ -52,7 +52,8 @@ class MeasureResult:
     timed rounds' seconds per call; ``rejected``: timing stopped early because the candidate was
     clearly slower than the best (its time is that of its rounds so far); ``elapsed``: seconds
     the measurement took as the tuner saw it; ``phases``: the measuring process's own seconds
-    loading, checking and timing the candidate."""
+    loading, checking and timing the candidate; ``graph``: the rounds were CUDA-graph replays
+    timed on the device (else the host's clock around the calls)."""
 
     seconds: float | None
     error: str | None = None
@@ -60,6 +61,7 @@ class MeasureResult:
     rejected: bool = False
     elapsed: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
+    graph: bool = False
 
 
 def build_one(task: Task, config: dict[str, Any]) -> BuildResult:
@@ -247,7 +249,8 @@ class Runner:
         phases = {str(k): float(v) for k, v in (reply.get("phases") or {}).items()}
         if reply.get("status") == "ok":
             return MeasureResult(float(reply["seconds"]), None, [float(t) for t in reply.get("times", [])],
-                                 bool(reply.get("rejected") or reply.get("slow")), phases=phases)
+                                 bool(reply.get("rejected") or reply.get("slow")), phases=phases,
+                                 graph=bool(reply.get("graph")))
         return MeasureResult(None, f"{'wrong result' if reply.get('status') == 'wrong' else 'run'}: "
                                    f"{reply.get('detail', '?')}", phases=phases)
 

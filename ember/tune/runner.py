@@ -13,7 +13,13 @@ integer sentinel), one run, the checked outputs compared with the reference (flo
 by far less, a wrong schedule by O(1); float16/bfloat16: ``2e-2``; integers exactly), then a
 warm-up (groups of 1, 2, 4, ... calls, each synchronised, until one lasts ``min_repeat_s / 8``) and
 timed rounds of ``number`` calls each (``number`` chosen so that a round lasts ``min_repeat_s``),
-answered as the median seconds per call. The rounds stop early:
+answered as the median seconds per call. On CUDA a round is one replay of a CUDA graph holding
+``number`` calls (captured once per candidate on a stream of this process's own, timed by events
+on that stream: :class:`_GraphRounds`), so that what is timed is the kernels and not the host's
+launch path — a kernel of a few microseconds launched from Python would otherwise measure the
+launch (about 25 us per call), and every candidate of a small kernel would look the same. A
+candidate whose calls cannot be captured is timed from the host as on other targets. The rounds
+stop early:
 
 * after ``min_rounds`` (3) rounds that agree within ``stable`` (3 %): more would not move the
   median; at most ``repeats`` rounds;
@@ -210,6 +216,9 @@ class _Measurer:
         stable, reject = float(header.get("stable", 0.03)), float(header.get("reject_factor", 1.5))
         best = min(state.best_s, float(header.get("best_s") or "inf"))
         number, estimate = self._calls_per_round(fn, args, dev, min_s)
+        graph = _GraphRounds.make(fn, args, dev, number, min_s)
+        if graph is not None:
+            number, estimate = graph.number, graph.round()
         if reject > 0 and estimate > 2 * reject * best:
             # The warm-up alone shows it far slower than the best: no round is needed to know it
             # cannot win (rounds would only narrow down how much slower it is).
@@ -217,15 +226,18 @@ class _Measurer:
         times: list[float] = []
         rejected = False
         while len(times) < repeats:
-            t0 = time.perf_counter()
-            calls = 0
-            # A round ends after `number` calls, or early when the machine is slower than the
-            # calibration said (another process took the cores): its time is per call either way.
-            while calls < number and (calls == 0 or time.perf_counter() - t0 < 4 * min_s):
-                fn(*args)
-                calls += 1
-            dev.sync()
-            times.append((time.perf_counter() - t0) / calls)
+            if graph is not None:
+                times.append(graph.round())
+            else:
+                t0 = time.perf_counter()
+                calls = 0
+                # A round ends after `number` calls, or early when the machine is slower than the
+                # calibration said (another process took the cores): its time is per call either way.
+                while calls < number and (calls == 0 or time.perf_counter() - t0 < 4 * min_s):
+                    fn(*args)
+                    calls += 1
+                dev.sync()
+                times.append((time.perf_counter() - t0) / calls)
             if reject > 0 and min(times) > reject * best:
                 rejected = True  # clearly slower than the best so far: it cannot win
                 break
@@ -234,7 +246,8 @@ class _Measurer:
         seconds = statistics.median(times)
         if not rejected:
             state.best_s = min(state.best_s, seconds)
-        return {"status": "ok", "seconds": seconds, "times": times, "number": number, "rejected": rejected}
+        return {"status": "ok", "seconds": seconds, "times": times, "number": number, "rejected": rejected,
+                "graph": graph is not None}
 
     @staticmethod
     def _calls_per_round(fn: Any, args: list[Any], dev: Any, min_s: float) -> tuple[int, float]:
@@ -254,6 +267,65 @@ class _Measurer:
             group *= 2
         per_call = spent / group
         return max(1, int(min_s / per_call)), per_call
+
+
+class _GraphRounds:
+    """Timed rounds of a CUDA candidate: ``number`` calls captured once into a CUDA graph on a
+    stream of their own; :meth:`round` replays it between two events on that stream and returns
+    the device's seconds per call."""
+
+    #: most calls captured into one graph (a larger round replays the graph several times)
+    MAX_NODES = 2000
+
+    def __init__(self, graph: Any, stream: Any, index: int, calls: int, replays: int):
+        self.graph, self.stream, self.index = graph, stream, index
+        self.calls, self.replays = calls, replays
+        self.number = calls * replays
+
+    @classmethod
+    def make(cls, fn: Any, args: list[Any], dev: Any, number: int, min_s: float) -> _GraphRounds | None:
+        """The rounds of ``fn(*args)`` on CUDA device ``dev`` with about ``number`` calls each
+        (None on other devices, or when the calls cannot be captured: the caller times them
+        from the host)."""
+        if getattr(dev, "kind", None) != "cuda":
+            return None
+        from ..runtime import cuda_driver as drv
+
+        stream = drv.Stream(dev.index, non_blocking=True)
+        prev = drv.set_stream(stream)
+        try:
+            fn(*args)  # on this stream first: its workspaces and tensor maps are made outside the capture
+            stream.synchronize()
+            calls = max(1, min(number, cls.MAX_NODES))
+            drv.begin_capture(stream)
+            try:
+                for _ in range(calls):
+                    fn(*args)
+            finally:
+                graph = drv.end_capture(stream)
+        except DeviceError as exc:
+            if exc.context_lost:
+                raise
+            return None
+        finally:
+            drv.set_stream(prev)
+        rounds = cls(graph, stream, dev.index, calls, 1)
+        per_call = rounds.round()
+        rounds.replays = max(1, min(64, int(min_s / max(per_call * calls, 1e-9))))
+        rounds.number = calls * rounds.replays
+        return rounds
+
+    def round(self) -> float:
+        """Replay the graph ``replays`` times between two events; seconds per call."""
+        from ..runtime import cuda_driver as drv
+
+        start, end = drv.Event(self.index), drv.Event(self.index)
+        start.record(self.stream)
+        for _ in range(self.replays):
+            self.graph.launch(self.stream)
+        end.record(self.stream)
+        end.synchronize()
+        return start.elapsed_ms(end) / 1e3 / (self.calls * self.replays)
 
 
 def main() -> int:

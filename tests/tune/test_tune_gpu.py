@@ -96,6 +96,7 @@ def test_a_faulting_candidate_costs_only_its_own_trial():
         assert any(name in faulted.error for name in STICKY_DEVICE_ERRORS), faulted
         after = runner.measure(task, good, good)
         assert after.error is None and after.seconds > 0, after
+        assert after.graph, after  # timed as CUDA-graph replays on the device, not from the host
         assert runner.restarts == 1
     finally:
         runner.close()
