@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
 
-from common import median_ms, write_outputs  # noqa: E402
+from common import machine, median_ms, write_outputs  # noqa: E402
 from tune_cpu import gemm_model as sgemm_model  # noqa: E402  (y = x @ w, w a constant)
 
 import ember  # noqa: E402
@@ -195,7 +195,7 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     key = ember.tune.target_key(ember.backends.backend_for("cuda").resolve(ember.Target("cuda")))
-    results: dict[str, Any] = {"device": key.device, "arch": key.arch, "torch": torch.__version__,
+    results: dict[str, Any] = {"device": key.device, "arch": key.arch, "torch": torch.__version__, "host": machine(),
                                "cost_model": "xgboost" if _has("xgboost") else "numpy",
                                "timing": "min over 3 alternating rounds of the median of 30 synchronised calls, "
                                          "inputs on the device; TF32 off"}
