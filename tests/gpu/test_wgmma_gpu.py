@@ -145,7 +145,8 @@ def test_wgmma_bias_relu(hopper, tmp_path, out_dtype):
 
 def test_tma_maps_follow_the_arguments(hopper, tmp_path):
     """The TMA kernel's tensor maps are encoded from each call's addresses: new arrays (a cache
-    miss), the first arrays again (a hit) and PyTorch tensors all give their own products; a view that starts 2 bytes into a buffer is refused by name."""
+    miss), the first arrays again (a hit) and PyTorch tensors all give their own products; a view
+    that starts 2 bytes into a buffer is refused by name."""
     M, N, K = 300, 264, 200
     f = ember.build(wgmma_matmul(M, N, K, "float16", "float32", WGTile(2, 128, 4, 1, 8, ws=2, sms=4),
                                  target="cuda -arch=sm_90"), target="cuda -arch=sm_90", cache_dir=tmp_path)
