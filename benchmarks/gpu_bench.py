@@ -28,6 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "gpu"))
 
 import kernels as K  # noqa: E402
+from common import machine  # noqa: E402
 
 import ember  # noqa: E402
 
@@ -65,7 +66,7 @@ def main() -> int:
     attrs = dev.attributes
     results: dict = {"device": attrs["device_name"], "arch": attrs["arch"], "torch": torch.__version__,
                      "python": platform.python_version(), "timing": "median of triton.testing.do_bench (CUDA events)",
-                     "date": time.strftime("%Y-%m-%d %H:%M:%S"), "results": {}}
+                     "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": machine(), "results": {}}
     R = results["results"]
     nbytes = (16 if args.quick else 256) << 20
     n = nbytes // 4

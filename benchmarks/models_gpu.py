@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
 
-from common import median_ms  # noqa: E402
+from common import machine, median_ms  # noqa: E402
 
 import ember  # noqa: E402
 
@@ -152,7 +152,7 @@ def main() -> int:
     meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "batch": 1, "dtype": "float32",
             "tf32": False, "timing": "median of 50 synchronised calls after 10 warm-up calls, inputs on the device",
             "ember_ms": "kernel launches replayed as one CUDA graph (the default)",
-            "ember_no_graph_ms": "one launch per kernel (cuda_graphs=False)"}
+            "ember_no_graph_ms": "one launch per kernel (cuda_graphs=False)", "host": machine()}
     (out / "models_gpu.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1) + "\n")
     lines = ["| model | ember ms (graph) | ember ms (no graph) | graph speedup | saved µs/launch | replay alone ms | "
              "torch eager ms | ember / torch | max rel err vs ORT | kernels | compile s |",
