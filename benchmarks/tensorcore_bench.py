@@ -107,6 +107,25 @@ def _model_matmul(A, B, ref, bound, Ct, parts_tried: tuple[int, ...] = ()) -> di
     finally:
         gpu_strategy.GPUStrategy.tc_split_k = heuristic  # type: ignore[method-assign]
     out["explore"] = explore
+    # warp tiles and stages of the heuristic's split (more warps per block: more loads and MMAs in flight)
+    from dataclasses import replace
+
+    choose = gpu_strategy.tile_for_domain
+    tiles = {}
+    try:
+        for wn in (16, 32, 64):
+            for stages in (3, 4, 6):
+                def pick(acc, intrin, *a, wn=wn, stages=stages):
+                    t = choose(acc, intrin, *a)
+                    return replace(t, wn=min(wn, t.bn), stages=stages)
+
+                gpu_strategy.tile_for_domain = pick
+                r = run()
+                tiles[f"wn{wn}_s{stages}"] = {k: r[k] for k in ("ember_kernel_ms", "ember_cold_kernel_ms", "error")
+                                              if k in r}
+    finally:
+        gpu_strategy.tile_for_domain = choose
+    out["explore_warp_tiles"] = tiles
     return out
 
 
