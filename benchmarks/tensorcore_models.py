@@ -76,6 +76,22 @@ def to_float16(model: Any) -> Any:
     return model
 
 
+def bert_wrapper(bert: Any) -> Any:
+    """``bert`` (a transformers ``BertModel``) as a module ``(input_ids, attention_mask) ->
+    last_hidden_state`` in eval mode: the two-input, one-output form the ONNX exports use."""
+    import torch
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids: Any, mask: Any) -> Any:
+            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    return Wrapper().eval()
+
+
 def _cases(directory: Path, quick: bool, with_fp32: bool = False) -> list[tuple[str, Any, dict[str, Any], Path]]:
     import copy
 
@@ -101,15 +117,7 @@ def _cases(directory: Path, quick: bool, with_fp32: bool = False) -> list[tuple[
     cfg = BertConfig(num_hidden_layers=2 if quick else 12)
     bert = BertModel(cfg).eval().cuda().half()
 
-    class Wrapper(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, ids: Any, mask: Any) -> Any:
-            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
-
-    wrapper = Wrapper().eval()
+    wrapper = bert_wrapper(bert)
     ids = torch.randint(0, cfg.vocab_size, (1, 128), device="cuda")
     mask = torch.ones_like(ids)
     path = directory / f"bert_base_fp16_l{cfg.num_hidden_layers}.onnx"

@@ -104,22 +104,12 @@ def _network(name: str, models: Path) -> tuple[Path, Any, dict[str, Any]]:
         randomize_bn(net)
         x = np.random.default_rng(0).standard_normal(shape).astype("float32")
         return path, net.cuda(), {"input": torch.from_numpy(x).cuda()}
-    from tensorcore_models import _export
+    from tensorcore_models import _export, bert_wrapper
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
     cfg = BertConfig(num_hidden_layers=12)
-    bert = BertModel(cfg).eval().cuda()
-
-    class Wrapper(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, ids: Any, mask: Any) -> Any:
-            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
-
-    net = Wrapper().eval()
+    net = bert_wrapper(BertModel(cfg).eval().cuda())
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, cfg.vocab_size, (1, 128), generator=g).cuda()
     feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
