@@ -13,9 +13,9 @@ integer sentinel), one run, the checked outputs compared with the reference (flo
 by far less, a wrong schedule by O(1); float16/bfloat16: ``2e-2``; integers exactly), then a
 warm-up (groups of 1, 2, 4, ... calls, each synchronised, until one lasts ``min_repeat_s / 8``) and
 timed rounds of ``number`` calls each (``number`` chosen so that a round lasts ``min_repeat_s``),
-answered as the median seconds per call. On CUDA a round is one replay of a CUDA graph holding
-``number`` calls (captured once per candidate on a stream of this process's own, timed by events
-on that stream: :class:`_GraphRounds`), so that what is timed is the kernels and not the host's
+answered as the median seconds per call. On CUDA a round replays a CUDA graph of up to 256 calls
+until it lasts ``min_repeat_s`` (captured once per candidate on a stream of this process's own,
+timed by events on that stream: :class:`_GraphRounds`), so that what is timed is the kernels and not the host's
 launch path — a kernel of a few microseconds launched from Python would otherwise measure the
 launch (about 25 us per call), and every candidate of a small kernel would look the same. A
 candidate whose calls cannot be captured is timed from the host as on other targets. The rounds
@@ -274,8 +274,9 @@ class _GraphRounds:
     stream of their own; :meth:`round` replays it between two events on that stream and returns
     the device's seconds per call."""
 
-    #: most calls captured into one graph (a larger round replays the graph several times)
-    MAX_NODES = 2000
+    #: most calls captured into one graph (a larger round replays the graph several times):
+    #: capturing costs a host launch per call, replaying costs nothing per call
+    MAX_NODES = 256
 
     def __init__(self, graph: Any, stream: Any, index: int, calls: int, replays: int):
         self.graph, self.stream, self.index = graph, stream, index
@@ -311,7 +312,7 @@ class _GraphRounds:
             drv.set_stream(prev)
         rounds = cls(graph, stream, dev.index, calls, 1)
         per_call = rounds.round()
-        rounds.replays = max(1, min(64, int(min_s / max(per_call * calls, 1e-9))))
+        rounds.replays = max(1, min(1024, int(min_s / max(per_call * calls, 1e-9))))
         rounds.number = calls * rounds.replays
         return rounds
 
