@@ -41,7 +41,12 @@ WG_TILES = (WGTile(2, 128, 4, 1), WGTile(2, 256, 3, 1), WGTile(2, 256, 4, 1), WG
             WGTile(2, 128, 6, 1), WGTile(1, 256, 4, 1), WGTile(2, 256, 4, 1, 8), WGTile(2, 256, 4, 1, 16),
             WGTile(2, 128, 6, 1, 8), WGTile(2, 256, 4, 1, 8, ws=1), WGTile(2, 256, 3, 1, 8, ws=1),
             WGTile(2, 256, 4, 1, 0, ws=1), WGTile(2, 256, 4, 1, 8, ws=2), WGTile(2, 256, 3, 1, 8, ws=2),
-            WGTile(2, 256, 4, 1, 0, ws=2), WGTile(2, 128, 6, 1, 8, ws=2), WGTile(2, 256, 4, 1, 16, ws=2))
+            WGTile(2, 256, 4, 1, 0, ws=2), WGTile(2, 128, 6, 1, 8, ws=2), WGTile(2, 256, 4, 1, 16, ws=2),
+            # clusters of two blocks sharing B by TMA multicast (half the L2 -> SM traffic for B)
+            WGTile(2, 256, 4, 1, 16, ws=2, cluster=2), WGTile(2, 256, 4, 1, 8, ws=2, cluster=2),
+            WGTile(2, 256, 4, 1, 32, ws=2, cluster=2), WGTile(2, 256, 3, 1, 16, ws=2, cluster=2),
+            WGTile(2, 256, 4, 1, 0, ws=2, cluster=2), WGTile(2, 128, 6, 1, 16, ws=2, cluster=2),
+            WGTile(2, 256, 4, 1, 16, ws=2, sms=128, cluster=2))
 
 
 def _model_matmul(A, B, ref, bound, Ct, parts_tried: tuple[int, ...] = ()) -> dict:
@@ -141,6 +146,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1024^3 and fewer tilings (a smoke run)")
     ap.add_argument("--paths", default="mma,wgmma", help="which kernels to time: mma (mma.sync), wgmma (sm_90)")
     ap.add_argument("--cases", default="fp16,bf16,tf32,bf16_skinny,tf32_tn")
+    ap.add_argument("--wg-ws", default="0,1,2",
+                    help="which wgmma kernels to time by WGTile.ws: 0 plain, 1 warp-specialised, 2 TMA")
     ap.add_argument("--skinny-parts", default="1,2,4,8,16",
                     help="split-K parts also forced on the skinny ONNX MatMul, to choose the heuristic")
     args = ap.parse_args()
@@ -180,7 +187,8 @@ def main() -> int:
         best = None
         tiles = (TILES[:3] if args.quick else TILES) if "mma" in paths and not bt else ()
         hopper = "wgmma" in paths and attrs["arch"] == "sm_90"
-        wg_tiles = WG_TILES if hopper and name in ("fp16", "bf16") else ()
+        wg_ws = {int(x) for x in args.wg_ws.split(",") if x}
+        wg_tiles = tuple(t for t in WG_TILES if t.ws in wg_ws) if hopper and name in ("fp16", "bf16") else ()
         if hopper and name == "tf32_tn":  # TF32 wgmma: the TMA kernel only
             wg_tiles = tuple(t for t in WG_TILES if t.ws == 2)
         wg_best = None
@@ -194,7 +202,8 @@ def main() -> int:
                     f = built = ember.build(tensorcore_gemm(M, N, K, odt, odt, bt, name=f"def_{name}"), target="cuda")
                 elif isinstance(tile, WGTile):
                     key = (f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}_g{tile.group_m}"
-                           + ("", "_ws", "_tma")[tile.ws])
+                           + ("", "_ws", "_tma")[tile.ws] + (f"_c{tile.cluster}" if tile.cluster > 1 else "")
+                           + (f"_sm{tile.sms}" if tile.sms != 132 else ""))
                     func = wgmma_matmul(M, N, K, odt, odt, tile, bt, target=f"cuda -arch={attrs['arch']}",
                                         name=f"wg_{name}")
                     f = built = ember.build(func, target="cuda")

@@ -118,7 +118,9 @@ def test_unsupported_shapes_and_types():
                                          (WGTile(1, 64, 3, 0), True, "float16"),
                                          (WGTile(2, 256, 4, 1, 8, ws=1), False, "float16"),
                                          (WGTile(1, 128, 3, 1, 0, ws=1, sms=7), True, "bfloat16"),
-                                         (WGTile(2, 256, 4, 1, 8, ws=2), True, "float32")])
+                                         (WGTile(2, 256, 4, 1, 8, ws=2), True, "float32"),
+                                         (WGTile(2, 256, 4, 1, 8, ws=2, cluster=2), False, "float16"),
+                                         (WGTile(1, 128, 3, 1, 0, ws=2, sms=7, cluster=2), True, "bfloat16")])
 def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
     f = ember.build(wgmma_matmul(200, 136, 104, dt, "float32", tile, b_t), target="cuda -arch=sm_90",
                     cache_dir=tmp_path)
@@ -136,12 +138,21 @@ def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
         assert instr in ptx
     log = dev.get_source("ptxas")
     assert "sm_90a" in log and "spill stores" in log and " 0 bytes spill stores" in log
-    if tile.ws:  # roles synchronise through mbarriers: one block barrier (after their set-up) in all
-        assert ptx.count("bar.sync") == 1 and f".maxntid {tile.threads}, 1, 1" in ptx
+    if tile.cluster == 2:  # clusters of two: cluster barriers around the kernel, multicast B, remote arrivals
+        assert ptx.count("bar.sync") == 0 and ".reqnctapercluster 2, 1, 1" in ptx
+        assert ptx.count("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;") == 2
+        for instr in ("complete_tx::bytes.multicast::cluster", "mapa.shared::cluster.u32",
+                      "mbarrier.arrive.release.cluster.shared::cluster.b64"):
+            assert instr in ptx
+    elif tile.ws:  # roles synchronise through mbarriers: one block barrier (after their set-up) in all
+        assert ptx.count("bar.sync") == 1
+    if tile.ws:
+        assert f".maxntid {tile.threads}, 1, 1" in ptx
         arrive = "mbarrier.arrive.expect_tx.shared::cta.b64" if tile.ws == 2 else \
             "cp.async.mbarrier.arrive.noinc.shared::cta.b64"
-        for instr in ("mbarrier.init.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64", arrive,
-                      "mbarrier.arrive.shared::cta.b64"):
+        release = "mbarrier.arrive.release.cluster.shared::cluster.b64" if tile.cluster == 2 else \
+            "mbarrier.arrive.shared::cta.b64"
+        for instr in ("mbarrier.init.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64", arrive, release):
             assert instr in ptx
 
 
@@ -167,6 +178,67 @@ def test_tma_maps_are_host_steps(tmp_path, b_t):
 
     g = CUDABackend().load(f.parts)  # what the build cache does: check the description, then load
     assert g["wgmma_gemm"].plan["workspaces"] == ws
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
+@pytest.mark.parametrize("b_t", [False, True])
+def test_cluster_kernel_plan(tmp_path, b_t):
+    """With ``cluster=2`` the grid is whole pairs of blocks (at most the multiprocessors, rounded
+    down to even), the plan and the host IR name the cluster, and B's TMA box is half the tile's
+    rows when B is N x K (each block of the pair loads one half and multicasts it)."""
+    M, N, K = 1000, 776, 200  # 8 tile rows (4 pairs) x 4 tile columns of 128 x 256
+    f = ember.build(wgmma_matmul(M, N, K, "float16", "float32", WGTile(2, 256, 4, 1, 8, ws=2, sms=9, cluster=2), b_t),
+                    target="cuda -arch=sm_90", cache_dir=tmp_path)
+    (k,) = f["wgmma_gemm"].plan["kernels"]
+    assert k["cluster"] == [2, 1, 1] and k["grid"] == [["const", 8], ["const", 1], ["const", 1]]
+    assert "cluster=(2, 1, 1)" in f.get_source("host")
+    maps = [w["tensor_map"] for w in f["wgmma_gemm"].plan["workspaces"]]
+    assert maps[1]["box"] == ([64, 128] if b_t else [64, 64])
+    from ember.backends.cuda import CUDABackend
+
+    assert CUDABackend().load(f.parts)["wgmma_gemm"].plan["kernels"][0]["cluster"] == [2, 1, 1]
+
+
+def test_cluster_tiles_and_grids_are_checked():
+    """Clusters need the TMA kernel and a B tile to halve; a kernel whose grid is not whole
+    clusters, and a plan with a bad cluster, are refused by name."""
+    from ember.backends.gpu.plan_check import check_plan
+    from ember.errors import LoweringError, ModelFormatError
+    from ember.ir import expr as E
+    from ember.ir import stmt as S
+    from ember.ir.buffer import Buffer
+    from ember.ir.dtypes import INT32
+    from ember.lowering.gpu import split_host_device
+    from ember.target import Target
+
+    assert "cluster=2" in WGTile(ws=1, cluster=2).check(227 * 1024)
+    assert "cluster=2" in WGTile(bn=64, ws=2, cluster=2).check(227 * 1024)
+    assert WGTile(ws=2, cluster=3).check(227 * 1024) is not None
+    assert WGTile(ws=2, cluster=2).check(227 * 1024) is None
+
+    def func(grid: int, dims: object) -> S.PrimFunc:
+        c = Buffer("C", ember.ir.dtypes.dtype("float32"), (E.const(32 * grid),))
+        blk, tx = E.Var("b", INT32), E.Var("t", INT32)
+        body = S.For(tx, E.const(0), E.const(32), S.ForKind.THREAD_BINDING,
+                     S.BufferStore(c, E.const(1.0, "float32"), (blk * 32 + tx,)), "threadIdx.x")
+        body = S.For(blk, E.const(0), E.const(grid), S.ForKind.THREAD_BINDING,
+                     S.AttrStmt(None, "cluster_dims", dims, body), "blockIdx.x")
+        return S.PrimFunc("f", [c], body, {})
+
+    tgt = Target("cuda -arch=sm_90")
+    assert split_host_device(func(4, (2, 1, 1)), tgt).kernels[0].cluster == (2, 1, 1)
+    with pytest.raises(LoweringError, match="not a constant multiple of the cluster's 2"):
+        split_host_device(func(3, (2, 1, 1)), tgt)
+    with pytest.raises(LoweringError, match="cluster_dims"):
+        split_host_device(func(4, (16, 1, 1)), tgt)
+    sig = {"name": "f", "params": [{"kind": "buffer"}], "scalars": []}
+    kernel = {"name": "k", "grid": [["const", 2], ["const", 1], ["const", 1]], "block": [32, 1, 1],
+              "shared_bytes": 0, "dynamic_shared": 0, "param_types": ["ptr"], "args": [["arg", 0]],
+              "aligned_args": []}
+    check_plan({"kernels": [{**kernel, "cluster": [2, 1, 1]}], "steps": [["launch", 0]], "workspaces": []}, sig)
+    for bad in ([2, 1], [0, 1, 1], [4, 4, 1], "2"):
+        with pytest.raises(ModelFormatError, match="cluster"):
+            check_plan({"kernels": [{**kernel, "cluster": bad}], "steps": [["launch", 0]], "workspaces": []}, sig)
 
 
 def test_corrupt_tensor_map_plans_are_refused():

@@ -24,7 +24,11 @@
 * a global buffer allocated under an ``AttrStmt`` with key ``"tensor_map"`` (value a
   :class:`TensorMapSpec`) is a TMA tensor map of an argument: the host encodes it from the
   argument's address at the call (:attr:`HostPlan.tensor_maps`) instead of leaving it
-  uninitialised.
+  uninitialised;
+* an ``AttrStmt`` with key ``"cluster_dims"`` (value three positive ints) inside a kernel's
+  ``blockIdx`` loop makes its blocks a Hopper thread-block cluster of that shape
+  (:attr:`Kernel.cluster`, the kernel's ``.reqnctapercluster``); the grid must be a constant
+  multiple of it (:class:`~ember.errors.LoweringError` otherwise).
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ class Kernel:
     #: for each kernel parameter: the host buffer (a Buffer) or host scalar (a Var) it is
     buffer_params: list[Buffer] = field(default_factory=list)
     scalar_params: list[E.Var] = field(default_factory=list)
+    #: thread-block cluster shape (x, y, z); (1, 1, 1) launches plain blocks
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
     @property
     def name(self) -> str:
@@ -187,7 +193,8 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
             steps.append(("launch", len(kernels) - 1))
             grid = ", ".join(str(g) for g in k.grid)
             args = ", ".join([b.name for b in k.buffer_params] + [v.name for v in k.scalar_params])
-            host_lines.append(f"{pad}launch {k.name}<<<({grid}), {k.block}, shared={k.shared_bytes}>>>({args})")
+            cl = f", cluster={k.cluster}" if k.cluster != (1, 1, 1) else ""
+            host_lines.append(f"{pad}launch {k.name}<<<({grid}), {k.block}, shared={k.shared_bytes}{cl}>>>({args})")
             return
         if isinstance(s, S.For):
             inner = "a kernel" if _has_thread_loop(s) else "no thread-bound loop"
@@ -286,7 +293,26 @@ def make_kernel(root: S.For, name: str, host: S.PrimFunc, target: Target) -> Ker
         scalars.append(v)
     func = S.PrimFunc(name, [*bparams, *scalars], body, {"target": str(target), "block": bdim})
     g = tuple(grid.get(t, E.const(1)) for t in BLOCK_TAGS)
-    return Kernel(func, g, bdim, shared, bparams, scalars)  # type: ignore[arg-type]
+    return Kernel(func, g, bdim, shared, bparams, scalars, _cluster_dims(root, g, name))  # type: ignore[arg-type]
+
+
+def _cluster_dims(root: S.Stmt, grid: tuple[E.PrimExpr, ...], name: str) -> tuple[int, int, int]:
+    """The ``cluster_dims`` attribute of a kernel body, checked against its grid."""
+    found: list[Any] = []
+    post_order_stmts(root, lambda n: found.append(n.value) if isinstance(n, S.AttrStmt) and n.key == "cluster_dims"
+                     else None)
+    if not found:
+        return (1, 1, 1)
+    dims = found[0]
+    if (len(found) > 1 or not isinstance(dims, tuple) or len(dims) != 3
+            or not all(isinstance(d, int) and d >= 1 for d in dims) or dims[0] * dims[1] * dims[2] > 8):
+        raise LoweringError(f"kernel {name}: cluster_dims must be given once, as three positive ints of at most 8 "
+                            f"blocks in all; got {found}")
+    for d, g, tag in zip(dims, grid, BLOCK_TAGS, strict=True):
+        if d > 1 and not (isinstance(g, E.IntImm) and g.value % d == 0):
+            raise LoweringError(f"kernel {name}: its {tag} grid extent {g} is not a constant multiple of the "
+                                f"cluster's {d}; launch whole clusters")
+    return dims
 
 
 def _host_workspaces(body: S.Stmt) -> list[Buffer]:

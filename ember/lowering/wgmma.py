@@ -68,6 +68,10 @@ class WGTile:
     ws: int = 0
     #: blocks the persistent (``ws``) kernel launches at most: the GPU's multiprocessors
     sms: int = 132
+    #: 2 (with ``ws=2``): blocks run as clusters of two that compute vertically adjacent tiles,
+    #: each loading its own A tile and half of the shared B tile, multicast into both blocks'
+    #: shared memory (half the L2 -> SM traffic for B); 1: plain blocks
+    cluster: int = 1
 
     @property
     def bm(self) -> int:
@@ -95,6 +99,9 @@ class WGTile:
             return f"ws={self.ws}, sms={self.sms} (ws 0, 1 or 2, at least one multiprocessor)"
         if self.ws and self.inflight != 1:
             return "the warp-specialised kernel keeps one wgmma group in flight (inflight=1)"
+        if self.cluster not in (1, 2) or (self.cluster == 2 and (self.ws != 2 or self.bn < 128 or self.sms < 2)):
+            return (f"cluster={self.cluster} (1, or 2 with the TMA kernel ws=2, bn >= 128 and at least two "
+                    "multiprocessors)")
         if self.group_m < 0:
             return f"group_m={self.group_m} (0: a 2-D grid, or a positive number of block rows)"
         if self.smem_bytes() > smem_limit:

@@ -16,6 +16,17 @@ splits the roles, the way CUTLASS's warp-specialised Hopper kernels do:
 * the kernel is **persistent**: ``min(tiles, sms)`` blocks walk the output tiles
   (``tile = block + i * blocks``, in the same grouped order as the plain kernel), so the producer
   fetches the next tile's first chunks while the consumers run the previous tile's epilogue.
+* with ``cluster=2`` (TMA only) the blocks run as Hopper clusters of two (``.reqnctapercluster
+  2, 1, 1``): the pair computes two vertically adjacent tiles that share their B tile. Each block
+  loads its own A box and half of B, multicast into the same slot of both blocks
+  (``.multicast::cluster``), so each ``full`` barrier still expects the whole slot's bytes but
+  L2 serves B once per pair. A slot may be refilled only when the consumers of *both* blocks
+  are done with it: ``empty`` expects ``2 * warpgroups`` arrivals and each consumer warpgroup
+  arrives on its own and its peer's (``mapa`` + ``mbarrier.arrive.shared::cluster``). A cluster
+  barrier after the set-up (the peer's barriers exist before anything lands in them) and one at
+  the end (no block leaves while its peer may still write into it) bracket the kernel. The pair
+  walks the same tiles, so both issue the same number of chunks; a tile row past ``M`` (odd
+  tile rows) is loaded as zeros by TMA and not stored.
 
 No block barrier is executed after the ``mbarrier`` set-up. The phase bookkeeping: chunk ``it``
 (counted over the block's whole run) uses slot ``it % stages`` in phase ``(it / stages) % 2``;
@@ -79,20 +90,28 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     acc = Buffer("wg_acc", as_dtype("float32"), (E.const(bn // 2),), (), "local")
     nk = -(-K // BK)
     mt, nt = -(-M // bm), -(-N // bn)
-    tiles = mt * nt
-    grid = max(1, min(tiles, t.sms))
+    cl = t.cluster
+    if cl == 2 and not tma:
+        raise ScheduleError("clusters of two multicast TMA loads: use ws=2 with cluster=2")
+    rows = -(-mt // cl)  # rows of units: a unit is the cl vertically adjacent tiles a cluster computes
+    units = rows * nt
+    groups = max(1, min(units, t.sms // cl))  # persistent clusters (plain blocks when cl == 1)
+    grid = groups * cl
 
     blk, tx = E.Var("blk", INT32), E.Var("tx", INT32)
     i, kc = E.Var("ti", INT32), E.Var("kc", INT32)
     base = E.Var("wg_base", INT32)
-    tile = blk + i * grid
-    if t.group_m:
-        per = t.group_m * nt
-        first = (tile // per) * t.group_m
-        size = E.min_expr(mt - first, t.group_m)
-        by, bx = first + (tile % per) % size, (tile % per) // size
+    cid, rank = (blk // cl, blk % cl) if cl > 1 else (blk, E.const(0))
+    unit = cid + i * groups
+    gm = max(1, t.group_m // cl) if t.group_m else 0
+    if gm:
+        per = gm * nt
+        first = (unit // per) * gm
+        size = E.min_expr(rows - first, gm)
+        uy, bx = first + (unit % per) % size, (unit % per) // size
     else:
-        by, bx = tile // nt, tile % nt
+        uy, bx = unit // nt, unit % nt
+    by = uy * cl + rank if cl > 1 else uy
     m0, n0 = by * bm, bx * bn
     it = i * nk + kc
     slot_of, phase_of = it % stages, (it // stages) % 2
@@ -113,11 +132,20 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     s0 = slot_of * slot
     k0 = kc * BK
     if tma:  # one thread: expect the slot's bytes on full[s], then one bulk copy per box
-        def box(m: Buffer, c0: E.PrimExpr, c1: E.PrimExpr, dst: E.PrimExpr) -> S.Stmt:
-            return _ev("tc.tma_load_2d", smem_ref(dst), E.BufferLoad(m, (E.const(0),), u8), c0, c1, full(slot_of))
+        def box(m: Buffer, c0: E.PrimExpr, c1: E.PrimExpr, dst: E.PrimExpr, multicast: bool = False) -> S.Stmt:
+            op = "tc.tma_load_2d_mc:3" if multicast else "tc.tma_load_2d"
+            return _ev(op, smem_ref(dst), E.BufferLoad(m, (E.const(0),), u8), c0, c1, full(slot_of))
 
         loads = [box(map_a, k0, m0, s0)]
-        if b_transposed:
+        if cl == 2 and b_transposed:  # this block's half of the B rows, into both blocks
+            half = rank * (bn // 2)
+            loads.append(box(map_b, k0, n0 + half, s0 + a_elems + half * BK, True))
+        elif cl == 2:  # this block's half of the 64-column boxes, into both blocks
+            per_rank = bn // 128
+            for j in range(per_rank):
+                nb = rank * per_rank + j
+                loads.append(box(map_b, n0 + 64 * nb, k0, s0 + a_elems + nb * (64 * BK), True))
+        elif b_transposed:
             loads.append(box(map_b, k0, n0, s0 + a_elems))
         else:
             loads += [box(map_b, n0 + 64 * nb, k0, s0 + a_elems + nb * 64 * BK) for nb in range(bn // 64)]
@@ -132,7 +160,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
             *chunk_copies(smem_ref, A, B, b_transposed, (bm, bn), (m0, n0), (M, N, K), k0, s0, tx, PRODUCER),
             _ev("tc.cp_async_mbar_arrive", full(slot_of)),
         )
-    my_tiles = (tiles - blk + (grid - 1)) // grid
+    my_tiles = (units - cid + (groups - 1)) // groups
     producer = S.For(i, E.const(0), my_tiles, S.ForKind.SERIAL,
                      S.For(kc, E.const(0), E.const(nk), S.ForKind.SERIAL, producer_step, "", ()), "", ())
 
@@ -155,8 +183,14 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
             db = _call("tc.wgmma_desc:8192:1024", smem_ref(s0 + a_elems + kk * kstep * 64), dt="uint64")
         mma.append(_ev(f"tc.wgmma:{instr}", E.BufferLoad(acc, (E.const(0),), acc.dtype), da, db))
     prev = (it + (stages - 1)) % stages  # slot of chunk it - 1
+
+    def release(s: E.PrimExpr) -> S.Stmt:  # this warpgroup is done with slot s (in both blocks of a cluster)
+        if cl == 1:
+            return _ev("tc.mbar_arrive", empty(s))
+        return S.seq(*[S.Evaluate(_call("tc.mbar_arrive_cluster", empty(s), E.const(r))) for r in range(cl)])
+
     mma += [_ev("tc.wgmma_commit"), _ev("tc.wgmma_wait:1"),
-            S.IfThenElse(E.logical_and(kc > 0, lane_t == 0), _ev("tc.mbar_arrive", empty(prev)))]
+            S.IfThenElse(E.logical_and(kc > 0, lane_t == 0), release(prev))]
     last = (i * nk + (nk - 1)) % stages
     zero = [S.BufferStore(acc, E.const(0.0, "float32"), (E.const(r),)) for r in range(bn // 2)]
     epi: list[S.Stmt] = []
@@ -183,33 +217,37 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         *zero,
         S.For(kc, E.const(0), E.const(nk), S.ForKind.SERIAL, S.seq(*mma), "", ()),
         _ev("tc.wgmma_wait:0"),
-        S.IfThenElse(lane_t == 0, _ev("tc.mbar_arrive", empty(last))),
+        S.IfThenElse(lane_t == 0, release(last)),
         *epi,
     )
     consumer = S.Allocate(acc, S.For(i, E.const(0), my_tiles, S.ForKind.SERIAL, consumer_tile, "", ()))
 
     init = [_ev(f"tc.mbar_init:{1 if tma else PRODUCER}", full(s)) for s in range(stages)]
-    init += [_ev(f"tc.mbar_init:{consumers}", empty(s)) for s in range(stages)]
+    init += [_ev(f"tc.mbar_init:{consumers * cl}", empty(s)) for s in range(stages)]
+    sync = _ev("tc.cluster_sync") if cl > 1 else _ev("gpu.barrier")
     body = S.seq(
         S.IfThenElse(tx == 0, S.seq(*init, _ev("tc.mbar_init_fence"))),
-        _ev("gpu.barrier"),
+        sync,
         S.IfThenElse(tx < PRODUCER, S.IfThenElse(tx == 0, producer) if tma else producer, consumer),
+        *([_ev("tc.cluster_sync")] if cl > 1 else []),
     )
     addr = _call("tc.shared_addr", E.BufferLoad(smem, (E.const(0),), idt))
     pad = ((ATOM - addr % ATOM) % ATOM) // esz
     kernel: S.Stmt = S.LetStmt(base, pad, body)
     kernel = S.Allocate(bars, S.Allocate(smem, S.For(tx, E.const(0), E.const(nthr), S.ForKind.THREAD_BINDING, kernel,
                                                      "threadIdx.x")))
+    if cl > 1:
+        kernel = S.AttrStmt(None, "cluster_dims", (cl, 1, 1), kernel)
     kernel = S.For(blk, E.const(0), E.const(grid), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
     if tma:  # the host encodes both maps from A's and B's addresses at each call (cached by address)
         rb = E.const(K * esz)
         if b_transposed:
-            spec_b = TensorMapSpec(B, idt_name, E.const(N), E.const(K), rb, BK, bn)
+            spec_b = TensorMapSpec(B, idt_name, E.const(N), E.const(K), rb, BK, bn // cl)
         else:
             spec_b = TensorMapSpec(B, idt_name, E.const(K), E.const(N), E.const(N * esz), 64, BK)
         kernel = with_tensor_map(map_b, spec_b, kernel)
         kernel = with_tensor_map(map_a, TensorMapSpec(A, idt_name, E.const(M), E.const(K), rb, BK, bm), kernel)
     params = [A, B] + ([bias_buf] if bias_buf is not None else []) + [C]
-    if max(nk * tiles // grid + nk, 0) >= 2**31:
+    if max(nk * units // groups + nk, 0) >= 2**31:
         raise ScheduleError("the warp-specialised wgmma GEMM counts chunks with 32-bit integers; split the product")
     return S.PrimFunc(name, params, kernel, {"target": target})

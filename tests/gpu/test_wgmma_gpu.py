@@ -77,7 +77,10 @@ TILES = [WGTile(2, 256, 4, 1), WGTile(1, 128, 3, 0), WGTile(2, 64, 2, 0), WGTile
          WGTile(2, 64, 3, 1, 2, ws=1, sms=5),
          # the same with TMA bulk copies (the host encodes the tensor maps)
          WGTile(2, 256, 4, 1, 8, ws=2, sms=3), WGTile(1, 128, 3, 1, 0, ws=2, sms=2),
-         WGTile(2, 64, 3, 1, 2, ws=2, sms=5)]
+         WGTile(2, 64, 3, 1, 2, ws=2, sms=5),
+         # clusters of two multicasting B: 3 tile rows (an odd one: the pair's second block loads
+         # zeros and stores nothing) and pairs walking several tiles; sms=5 gives 2 clusters
+         WGTile(2, 256, 4, 1, 8, ws=2, sms=5, cluster=2), WGTile(1, 128, 3, 1, 0, ws=2, sms=2, cluster=2)]
 
 
 @pytest.mark.parametrize("tile", TILES)
@@ -109,18 +112,20 @@ def test_tensorcore_gemm_on_this_gpu(hopper, tmp_path):
 
 @pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (17, 24, 40), (300, 520, 4104)])
 @pytest.mark.parametrize("b_t", [False, True])
-@pytest.mark.parametrize("ws", [1, 2])
-def test_wgmma_ws_gemm(hopper, tmp_path, M, N, K, b_t, ws):
-    """The warp-specialised persistent kernels (cp.async or TMA producer) at sizes no tile divides,
-    bfloat16, float16 output."""
-    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, WGTile(2, 256, 4, 1, 8, ws=ws), out_dtype="float16")
+@pytest.mark.parametrize("ws,cluster", [(1, 1), (2, 1), (2, 2)])
+def test_wgmma_ws_gemm(hopper, tmp_path, M, N, K, b_t, ws, cluster):
+    """The warp-specialised persistent kernels (cp.async or TMA producer, TMA in clusters of two)
+    at sizes no tile divides, bfloat16, float16 output."""
+    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, WGTile(2, 256, 4, 1, 8, ws=ws, cluster=cluster),
+         out_dtype="float16")
 
 
 @pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (17, 24, 44), (300, 520, 4100)])
-def test_wgmma_tf32_tma(hopper, tmp_path, M, N, K):
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_wgmma_tf32_tma(hopper, tmp_path, M, N, K, cluster):
     """float32 inputs on TF32 tensor cores (m64nNk8; the TMA kernel with B given as N x K), sizes no
     tile divides (K a multiple of 4 only), against float64 with the TF32 bound."""
-    _run(hopper, tmp_path, M, N, K, "float32", True, WGTile(2, 256, 4, 1, 8, ws=2, sms=7))
+    _run(hopper, tmp_path, M, N, K, "float32", True, WGTile(2, 256, 4, 1, 8, ws=2, sms=7, cluster=cluster))
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "float16"])

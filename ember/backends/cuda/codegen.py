@@ -112,7 +112,10 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         self.needs_sm90a = False
 
     def kernel_attributes(self, k: Any) -> dict[str, str]:
-        return {"nvvm.maxntid": ",".join(str(d) for d in k.block)}
+        attrs = {"nvvm.maxntid": ",".join(str(d) for d in k.block)}
+        if tuple(k.cluster) != (1, 1, 1):  # PTX .reqnctapercluster: a plain launch then forms the clusters
+            attrs["nvvm.cluster_dim"] = ",".join(str(d) for d in k.cluster)
+        return attrs
 
     def read_index(self, tag: str) -> ir.Value:
         kind, axis = tag.split(".")
@@ -192,7 +195,7 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             b.call(asm, [dst, src, self._int_cast(self.expr(size), I32)])
             return ir.Constant(I32, 0)
         if e.op.startswith(("tc.wgmma", "tc.fence_proxy_async", "tc.shared_addr", "tc.mbar", "tc.cp_async_mbar",
-                            "tc.tma")):
+                            "tc.tma", "tc.cluster")):
             return self._hopper_call(e)
         if e.op == "tc.cp_async_commit":
             b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}",
@@ -218,7 +221,12 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         calls of :mod:`ember.lowering.wgmma_ws` (each names the barrier as a shared ``uint64``
         element): ``tc.mbar_init:<count>``, ``tc.mbar_init_fence``, ``tc.mbar_arrive``,
         ``tc.mbar_wait`` (barrier, parity: spins until the phase of that parity completed) and
-        ``tc.cp_async_mbar_arrive`` (arrive once this thread's earlier ``cp.async`` copies landed)."""
+        ``tc.cp_async_mbar_arrive`` (arrive once this thread's earlier ``cp.async`` copies landed);
+        the cluster calls: ``tc.cluster_sync`` (every thread of the cluster's blocks arrives and
+        waits, release/acquire), ``tc.mbar_arrive_cluster`` (barrier, block rank: arrive on the
+        barrier at the same offset in that block of the cluster, release at cluster scope) and
+        ``tc.tma_load_2d_mc:<mask>`` (a TMA load multicast to the cluster's blocks in ``mask``:
+        the data and the barrier's completed bytes land at the same offsets in each)."""
         from ...lowering.wgmma import SWIZZLE_128B
 
         b = self.builder
@@ -245,6 +253,8 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             return self._void_asm("fence.proxy.async.shared::cta;")
         if e.op == "tc.mbar_init_fence":
             return self._void_asm("fence.mbarrier_init.release.cluster;")
+        if e.op == "tc.cluster_sync":
+            return self._void_asm("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;")
         if e.op.startswith(("tc.mbar", "tc.cp_async_mbar", "tc.tma")):
             return self._mbarrier_call(e)
         if e.op.startswith("tc.wgmma:"):
@@ -273,15 +283,25 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         elif e.op.startswith("tc.mbar_expect_tx:"):
             nbytes = int(e.op[len("tc.mbar_expect_tx:"):])
             text, args = f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {nbytes};", [addr]
-        elif e.op == "tc.tma_load_2d":  # (shared destination, tensor map, column, row, mbarrier)
+        elif e.op == "tc.tma_load_2d" or e.op.startswith("tc.tma_load_2d_mc:"):
+            # (shared destination, tensor map, column, row, mbarrier)
             tmap = b.ptrtoint(self.operand_ptr(e.args[1]), ir.IntType(64))
             c0, c1 = (self._int_cast(self.expr(x), I32) for x in e.args[2:4])
             mbar = b.trunc(b.ptrtoint(self.operand_ptr(e.args[4]), ir.IntType(64)), I32)
-            fty = ir.FunctionType(ir.VoidType(), [I32, ir.IntType(64), I32, I32, I32])
-            b.call(ir.InlineAsm(fty, "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-                                "[$0], [$1, {$2, $3}], [$4];", "r,l,r,r,r,~{memory}", side_effect=True),
-                   [addr, tmap, c0, c1, mbar])
+            head = "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+            if e.op == "tc.tma_load_2d":
+                text, ops, cons = f"{head} [$0], [$1, {{$2, $3}}], [$4];", [addr, tmap, c0, c1, mbar], "r,l,r,r,r"
+            else:
+                mask = ir.Constant(ir.IntType(16), int(e.op[len("tc.tma_load_2d_mc:"):]))
+                text = f"{head}.multicast::cluster [$0], [$1, {{$2, $3}}], [$4], $5;"
+                ops, cons = [addr, tmap, c0, c1, mbar, mask], "r,l,r,r,r,h"
+            fty = ir.FunctionType(ir.VoidType(), [x.type for x in ops])
+            b.call(ir.InlineAsm(fty, text, cons + ",~{memory}", side_effect=True), ops)
             return ir.Constant(I32, 0)
+        elif e.op == "tc.mbar_arrive_cluster":  # (barrier, rank of the block whose barrier to arrive on)
+            text = ("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, $0, $1; "
+                    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }")
+            args = [addr, self._int_cast(self.expr(e.args[1]), I32)]
         elif e.op == "tc.mbar_arrive":
             text, args = "mbarrier.arrive.shared::cta.b64 _, [$0];", [addr]
         elif e.op == "tc.cp_async_mbar_arrive":

@@ -69,7 +69,7 @@ def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict
         kernels.append({
             "name": k.name, "grid": [_tree(g, scal_index, k.name) for g in k.grid], "block": list(k.block),
             "shared_bytes": k.shared_bytes, "dynamic_shared": dynamic.get(k.name, 0), "param_types": ptypes,
-            "args": args, "aligned_args": aligned,
+            "args": args, "aligned_args": aligned, **({"cluster": list(k.cluster)} if k.cluster != (1, 1, 1) else {}),
         })
     ws = []
     for b in workspaces:

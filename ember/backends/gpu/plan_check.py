@@ -79,7 +79,8 @@ def check_plan(plan: Any, sig: dict[str, Any]) -> list[str]:
     """Raise ModelFormatError unless ``plan`` is the launch plan of the function ``sig``
     describes (already checked); returns its kernel names. Every kernel: an identifier
     ``name``; ``grid`` three expression trees over the signature's sizes; ``block`` three ints
-    in 1..1024 with product <= 1024; ``shared_bytes`` and ``dynamic_shared`` ints in 0..256 KiB;
+    in 1..1024 with product <= 1024; an optional ``cluster`` of three ints with product <= 8
+    (the cubin itself carries it); ``shared_bytes`` and ``dynamic_shared`` ints in 0..256 KiB;
     ``param_types`` from :data:`PARAM_TYPES`, one per argument, ``ptr`` exactly for buffers;
     ``args`` ``[src, index]`` with src ``arg`` (a buffer parameter), ``ws`` (a workspace) or
     ``scalar`` (a size), index in range; ``aligned_args`` buffer indices. Steps are
@@ -134,6 +135,10 @@ def _check_kernel(k: Any, where: str, nbuf: int, nws: int, nsizes: int) -> str:
         raise ModelFormatError(f"{where}: the block {block!r} is not three ints in 1..{MAX_BLOCK_THREADS}")
     if block[0] * block[1] * block[2] > MAX_BLOCK_THREADS:
         raise ModelFormatError(f"{where}: the block {block} has more than {MAX_BLOCK_THREADS} threads")
+    cluster = k.get("cluster", [1, 1, 1])
+    if (not isinstance(cluster, list) or len(cluster) != 3 or not all(_int_in(c, 1, 8) for c in cluster)
+            or cluster[0] * cluster[1] * cluster[2] > 8):
+        raise ModelFormatError(f"{where}: the cluster {cluster!r} is not three ints of at most 8 blocks in all")
     for key in ("shared_bytes", "dynamic_shared"):
         if not _int_in(k.get(key), 0, MAX_SHARED_BYTES):
             raise ModelFormatError(f"{where}: {key} is {k.get(key)!r}, not an int in 0..{MAX_SHARED_BYTES}")
