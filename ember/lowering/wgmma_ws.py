@@ -22,7 +22,7 @@ splits the roles, the way CUTLASS's warp-specialised Hopper kernels do:
   (``.multicast::cluster``), so each ``full`` barrier still expects the whole slot's bytes but
   L2 serves B once per pair. A slot may be refilled only when the consumers of *both* blocks
   are done with it: ``empty`` expects ``2 * warpgroups`` arrivals and each consumer warpgroup
-  arrives on its own and its peer's (``mapa`` + ``mbarrier.arrive.shared::cluster``). A cluster
+  arrives on its own and on its peer's (``mapa`` + ``mbarrier.arrive.shared::cluster``). A cluster
   barrier after the set-up (the peer's barriers exist before anything lands in them) and one at
   the end (no block leaves while its peer may still write into it) bracket the kernel. The pair
   walks the same tiles, so both issue the same number of chunks; a tile row past ``M`` (odd
@@ -187,7 +187,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     def release(s: E.PrimExpr) -> S.Stmt:  # this warpgroup is done with slot s (in both blocks of a cluster)
         if cl == 1:
             return _ev("tc.mbar_arrive", empty(s))
-        return S.seq(*[S.Evaluate(_call("tc.mbar_arrive_cluster", empty(s), E.const(r))) for r in range(cl)])
+        return S.seq(_ev("tc.mbar_arrive", empty(s)), _ev("tc.mbar_arrive_cluster", empty(s), 1 - rank))
 
     mma += [_ev("tc.wgmma_commit"), _ev("tc.wgmma_wait:1"),
             S.IfThenElse(E.logical_and(kc > 0, lane_t == 0), release(prev))]

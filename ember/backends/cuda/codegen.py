@@ -224,7 +224,8 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         ``tc.cp_async_mbar_arrive`` (arrive once this thread's earlier ``cp.async`` copies landed);
         the cluster calls: ``tc.cluster_sync`` (every thread of the cluster's blocks arrives and
         waits, release/acquire), ``tc.mbar_arrive_cluster`` (barrier, block rank: arrive on the
-        barrier at the same offset in that block of the cluster, release at cluster scope) and
+        barrier at the same offset in that block of the cluster; the default release at CTA scope, as
+        the data it guards was read by this block's tensor cores, not written) and
         ``tc.tma_load_2d_mc:<mask>`` (a TMA load multicast to the cluster's blocks in ``mask``:
         the data and the barrier's completed bytes land at the same offsets in each)."""
         from ...lowering.wgmma import SWIZZLE_128B
@@ -300,7 +301,7 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             return ir.Constant(I32, 0)
         elif e.op == "tc.mbar_arrive_cluster":  # (barrier, rank of the block whose barrier to arrive on)
             text = ("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, $0, $1; "
-                    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }")
+                    "mbarrier.arrive.shared::cluster.b64 _, [ra]; }")
             args = [addr, self._int_cast(self.expr(e.args[1]), I32)]
         elif e.op == "tc.mbar_arrive":
             text, args = "mbarrier.arrive.shared::cta.b64 _, [$0];", [addr]
