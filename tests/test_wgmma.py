@@ -312,3 +312,14 @@ def test_grouped_order_covers_every_block_once():
             size = min(mt - first, g)
             seen.add((first + (lin % per) % size, (lin % per) // size))
         assert seen == {(i, j) for i in range(mt) for j in range(nt)}
+
+
+def test_default_tile_uses_clusters_only_for_large_products():
+    """``tensorcore_gemm``'s wgmma tiling: clusters of two 128 x 256 blocks when those tiles fill
+    the GPU, plain 128 x 128 blocks below that; both legal in the H100's shared memory."""
+    from ember.strategy.tensorcore import default_wgmma_tile
+
+    big, small = default_wgmma_tile(4096, 4096), default_wgmma_tile(1000, 1000)
+    assert (big.bn, big.cluster, big.ws) == (256, 2, 2) and (small.bn, small.cluster) == (128, 1)
+    assert big.check(227 * 1024) is None and small.check(227 * 1024) is None
+    assert default_wgmma_tile(4096, 4096, sms=1).cluster == 1

@@ -228,7 +228,10 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     body = S.seq(
         S.IfThenElse(tx == 0, S.seq(*init, _ev("tc.mbar_init_fence"))),
         sync,
-        S.IfThenElse(tx < PRODUCER, S.IfThenElse(tx == 0, producer) if tma else producer, consumer),
+        # the TMA thread first fetches both descriptors (prefetch.tensormap), as CUTLASS's producers do
+        S.IfThenElse(tx < PRODUCER, S.IfThenElse(tx == 0, S.seq(
+            *[_ev("tc.tma_prefetch", E.BufferLoad(m, (E.const(0),), u8)) for m in (map_a, map_b)], producer))
+            if tma else producer, consumer),
         *([_ev("tc.cluster_sync")] if cl > 1 else []),
     )
     addr = _call("tc.shared_addr", E.BufferLoad(smem, (E.const(0),), idt))

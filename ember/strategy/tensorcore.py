@@ -460,11 +460,12 @@ def wgmma_matmul(
 def default_wgmma_tile(M: int, N: int, sms: int = 132) -> WGTile:
     """The wgmma tiling :func:`tensorcore_gemm` picks: the warp-specialised persistent kernel with
     a TMA producer (``ws=2``), two consumer warpgroups, 4 stages, tiles walked in groups of 16 rows
-    of blocks, 128 x 256 blocks (the fastest measured at 4096^3 on the H200: 617 TFLOP/s fp16,
-    ``benchmarks/results/tensorcore_bench_h200.md``) when they give every multiprocessor a tile,
-    else 128 x 128 (twice the tiles; not measured apart)."""
+    of blocks; 128 x 256 blocks in clusters of two sharing B by multicast when they give every
+    multiprocessor a tile (the fastest measured at 4096^3 on the H200: 601-627 TFLOP/s fp16, the
+    clusters 1-1.7 % above plain blocks in eight paired runs, ``docs/gpu.md``), else 128 x 128
+    plain blocks (twice the tiles; not measured apart)."""
     if -(-M // 128) * -(-N // 256) >= sms:
-        return WGTile(2, 256, 4, 1, 16, ws=2, sms=sms)
+        return WGTile(2, 256, 4, 1, 16, ws=2, sms=sms, cluster=2 if sms >= 2 else 1)
     return WGTile(2, 128, 4, 1, 16, ws=2, sms=sms)
 
 

@@ -226,6 +226,7 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         waits, release/acquire), ``tc.mbar_arrive_cluster`` (barrier, block rank: arrive on the
         barrier at the same offset in that block of the cluster; the default release at CTA scope, as
         the data it guards was read by this block's tensor cores, not written) and
+        ``tc.tma_prefetch`` (a tensor map: its descriptor is fetched ahead of the first copy),
         ``tc.tma_load_2d_mc:<mask>`` (a TMA load multicast to the cluster's blocks in ``mask``:
         the data and the barrier's completed bytes land at the same offsets in each)."""
         from ...lowering.wgmma import SWIZZLE_128B
@@ -298,6 +299,11 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
                 ops, cons = [addr, tmap, c0, c1, mbar, mask], "r,l,r,r,r,h"
             fty = ir.FunctionType(ir.VoidType(), [x.type for x in ops])
             b.call(ir.InlineAsm(fty, text, cons + ",~{memory}", side_effect=True), ops)
+            return ir.Constant(I32, 0)
+        elif e.op == "tc.tma_prefetch":  # (tensor map): fetch its descriptor into the TMA unit's cache
+            tmap = b.ptrtoint(self.operand_ptr(e.args[0]), ir.IntType(64))
+            fty = ir.FunctionType(ir.VoidType(), [ir.IntType(64)])
+            b.call(ir.InlineAsm(fty, "prefetch.tensormap [$0];", "l,~{memory}", side_effect=True), [tmap])
             return ir.Constant(I32, 0)
         elif e.op == "tc.mbar_arrive_cluster":  # (barrier, rank of the block whose barrier to arrive on)
             text = ("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, $0, $1; "
