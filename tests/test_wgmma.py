@@ -120,7 +120,9 @@ def test_unsupported_shapes_and_types():
                                          (WGTile(1, 128, 3, 1, 0, ws=1, sms=7), True, "bfloat16"),
                                          (WGTile(2, 256, 4, 1, 8, ws=2), True, "float32"),
                                          (WGTile(2, 256, 4, 1, 8, ws=2, cluster=2), False, "float16"),
-                                         (WGTile(1, 128, 3, 1, 0, ws=2, sms=7, cluster=2), True, "bfloat16")])
+                                         (WGTile(1, 128, 3, 1, 0, ws=2, sms=7, cluster=2), True, "bfloat16"),
+                                         (WGTile(2, 256, 9, 1, 8, ws=2, cluster=2, row_bytes=64), False, "float16"),
+                                         (WGTile(2, 256, 8, 1, 8, ws=2, row_bytes=64), True, "float32")])
 def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
     f = ember.build(wgmma_matmul(200, 136, 104, dt, "float32", tile, b_t), target="cuda -arch=sm_90",
                     cache_dir=tmp_path)
@@ -130,7 +132,8 @@ def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
     kstep = 8 if dt == "float32" else 16
     assert ".target sm_90a" in ptx
     issued = ptx.count(f"wgmma.mma_async.sync.aligned.m64n{tile.bn}k{kstep}.f32.{ty}.{ty}")
-    assert issued >= 4 and issued % 4 == 0  # four k16 steps per chunk of 64 (LLVM may peel the K loop)
+    steps = tile.row_bytes // 32  # one instruction per 32 bytes of K in a staged row (LLVM may peel the K loop)
+    assert issued >= steps and issued % steps == 0
     loads = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",) if tile.ws == 2 \
         else ("fence.proxy.async.shared::cta", "cp.async.cg.shared.global")
     for instr in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned",
@@ -197,6 +200,14 @@ def test_cluster_kernel_plan(tmp_path, b_t):
     from ember.backends.cuda import CUDABackend
 
     assert CUDABackend().load(f.parts)["wgmma_gemm"].plan["kernels"][0]["cluster"] == [2, 1, 1]
+    # 64-byte rows: boxes 32 fp16 wide, the maps' swizzle in the plan and the host IR
+    g = ember.build(wgmma_matmul(M, N, K, "float16", "float32", WGTile(2, 256, 9, 1, 8, ws=2, cluster=2,
+                                                                      row_bytes=64), b_t),
+                    target="cuda -arch=sm_90", cache_dir=tmp_path)
+    maps = [w["tensor_map"] for w in g["wgmma_gemm"].plan["workspaces"]]
+    assert [m["swizzle"] for m in maps] == [64, 64] and maps[0]["box"] == [32, 128]
+    assert maps[1]["box"] == ([32, 128] if b_t else [32, 32])
+    assert "box 32 x 128, 64 B swizzle)" in g.get_source("host")
 
 
 def test_cluster_tiles_and_grids_are_checked():
@@ -215,6 +226,9 @@ def test_cluster_tiles_and_grids_are_checked():
     assert "cluster=2" in WGTile(bn=64, ws=2, cluster=2).check(227 * 1024)
     assert WGTile(ws=2, cluster=3).check(227 * 1024) is not None
     assert WGTile(ws=2, cluster=2).check(227 * 1024) is None
+    assert "row_bytes" in WGTile(ws=1, row_bytes=64).check(227 * 1024)
+    assert WGTile(ws=2, row_bytes=32).check(227 * 1024) is not None
+    assert WGTile(2, 256, 9, ws=2, row_bytes=64).check(227 * 1024) is None  # 9 slots of 24 KiB
 
     def func(grid: int, dims: object) -> S.PrimFunc:
         c = Buffer("C", ember.ir.dtypes.dtype("float32"), (E.const(32 * grid),))
@@ -251,7 +265,7 @@ def test_corrupt_tensor_map_plans_are_refused():
     good = {"arg": 0, "dtype": "float16", "rows": ["const", 8], "cols": ["const", 64], "row_bytes": ["const", 128],
             "box": [64, 8]}
     for bad, match in (({"arg": 2}, "not a buffer argument"), ({"dtype": "float128"}, "not a TMA data type"),
-                       ({"box": [64, 512]}, "box"), ({"rows": "8"}, "rows")):
+                       ({"box": [64, 512]}, "box"), ({"rows": "8"}, "rows"), ({"swizzle": 32}, "swizzle")):
         plan = {"kernels": [], "steps": [["alloc", 0]],
                 "workspaces": [{"name": "m", "nbytes": ["const", 128], "tensor_map": {**good, **bad}}]}
         with pytest.raises(ModelFormatError, match=match):

@@ -98,7 +98,8 @@ class TensorMapSpec:
     """A Hopper TMA tensor map (128 bytes, ``cuTensorMapEncodeTiled``) the host makes for a call:
     the row-major ``rows x cols`` matrix of ``dtype`` at the address of the argument ``source``
     (rows ``row_bytes`` apart), read in boxes of ``box_cols x box_rows`` elements into the
-    128-byte-swizzled shared layout. Sizes are expressions of the function's sizes."""
+    ``swizzle``-byte-swizzled shared layout (128 or 64; a box row is at most that many bytes).
+    Sizes are expressions of the function's sizes."""
 
     source: Buffer
     dtype: str
@@ -107,6 +108,7 @@ class TensorMapSpec:
     row_bytes: E.PrimExpr
     box_cols: int
     box_rows: int
+    swizzle: int = 128
 
 
 def with_tensor_map(buf: Buffer, spec: TensorMapSpec, body: S.Stmt) -> S.Stmt:
@@ -168,7 +170,8 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
                 maps[s.node] = spec
                 host_lines.append(f"{pad}{s.node.name} = tensor_map({spec.source.name}, {spec.dtype}, "
                                   f"{spec.rows} x {spec.cols}, pitch {spec.row_bytes} B, "
-                                  f"box {spec.box_cols} x {spec.box_rows})")
+                                  f"box {spec.box_cols} x {spec.box_rows}"
+                                  + (f", {spec.swizzle} B swizzle)" if spec.swizzle != 128 else ")"))
                 steps.append(("alloc", s.node))
                 walk(s.body.body, depth)
                 steps.append(("free", s.node))

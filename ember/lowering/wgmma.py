@@ -72,6 +72,10 @@ class WGTile:
     #: each loading its own A tile and half of the shared B tile, multicast into both blocks'
     #: shared memory (half the L2 -> SM traffic for B); 1: plain blocks
     cluster: int = 1
+    #: bytes of K per staged row (with ``ws=2``): 128 (the 128-byte swizzle; 64 fp16 elements per
+    #: chunk) or 64 (the 64-byte swizzle; chunks of half the K, so twice the slots in the same
+    #: shared memory and a slot refilled sooner: more bytes in flight per multiprocessor)
+    row_bytes: int = 128
 
     @property
     def bm(self) -> int:
@@ -85,7 +89,7 @@ class WGTile:
 
     def smem_bytes(self) -> int:
         """Shared memory the staged slots take (plus one atom for aligning the base)."""
-        return (self.bm + self.bn) * BK * 2 * self.stages + ATOM
+        return (self.bm + self.bn) * self.row_bytes * self.stages + ATOM
 
     def check(self, smem_limit: int) -> str | None:
         """Why this tiling is illegal, or None."""
@@ -93,8 +97,11 @@ class WGTile:
             return f"{self.warpgroups} warpgroups (1 or 2)"
         if self.bn not in (64, 128, 256):
             return f"bn={self.bn} (64, 128 or 256)"
-        if self.inflight not in (0, 1) or not self.inflight + 2 <= self.stages <= 8:
-            return f"{self.stages} stages with {self.inflight} groups in flight (needs 2 + inflight to 8 stages)"
+        most = 16 if self.ws == 2 else 8
+        if self.inflight not in (0, 1) or not self.inflight + 2 <= self.stages <= most:
+            return f"{self.stages} stages with {self.inflight} groups in flight (needs 2 + inflight to {most} stages)"
+        if self.row_bytes not in (64, 128) or (self.row_bytes == 64 and self.ws != 2):
+            return f"row_bytes={self.row_bytes} (128, or 64 with the TMA kernel ws=2)"
         if self.ws not in (0, 1, 2) or self.sms < 1:
             return f"ws={self.ws}, sms={self.sms} (ws 0, 1 or 2, at least one multiprocessor)"
         if self.ws and self.inflight != 1:

@@ -80,7 +80,10 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     consumers = t.warpgroups
     nthr = PRODUCER * (consumers + 1)
     esz = idt.bits // 8
-    BK = 128 // esz  # elements of K per staged chunk: one 128-byte (swizzle-span) row
+    rb = t.row_bytes  # bytes of K per staged row: the swizzle span (128 or 64)
+    BK = rb // esz  # elements of K per staged chunk: one row of the swizzle span
+    box_w = rb // esz  # columns of one N-major B box (a row of the swizzle span)
+    sw_code = {128: 1, 64: 2}[rb]  # the descriptor's swizzle-mode code
     a_elems, b_elems = bm * BK, bn * BK
     slot = a_elems + b_elems
     smem = Buffer("wg_smem", idt, (E.const(slot * stages + ATOM // esz),), (), "shared")
@@ -140,15 +143,15 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         if cl == 2 and b_transposed:  # this block's half of the B rows, into both blocks
             half = rank * (bn // 2)
             loads.append(box(map_b, k0, n0 + half, s0 + a_elems + half * BK, True))
-        elif cl == 2:  # this block's half of the 64-column boxes, into both blocks
-            per_rank = bn // 128
+        elif cl == 2:  # this block's half of the box_w-column boxes, into both blocks
+            per_rank = bn // box_w // 2
             for j in range(per_rank):
                 nb = rank * per_rank + j
-                loads.append(box(map_b, n0 + 64 * nb, k0, s0 + a_elems + nb * (64 * BK), True))
+                loads.append(box(map_b, n0 + box_w * nb, k0, s0 + a_elems + nb * (box_w * BK), True))
         elif b_transposed:
             loads.append(box(map_b, k0, n0, s0 + a_elems))
         else:
-            loads += [box(map_b, n0 + 64 * nb, k0, s0 + a_elems + nb * 64 * BK) for nb in range(bn // 64)]
+            loads += [box(map_b, n0 + box_w * nb, k0, s0 + a_elems + nb * box_w * BK) for nb in range(bn // box_w)]
         producer_step = S.seq(
             _ev("tc.mbar_wait", empty(slot_of), 1 - phase_of),
             _ev(f"tc.mbar_expect_tx:{slot * idt.bits // 8}", full(slot_of)),
@@ -175,12 +178,16 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     # cp.async writes through the generic proxy: fence them for the tensor cores; TMA writes are async-proxy
     mma = [_ev("tc.mbar_wait", full(slot_of), phase_of), *([] if tma else [_ev("tc.fence_proxy_async")]),
            _ev("tc.wgmma_fence")]
+    # K-major operands: 8-row groups 8 * rb bytes apart; N-major B: box_w-column blocks one box
+    # (box_w x BK elements) apart, 8-row groups of K 8 * rb bytes apart
+    kmajor = f"tc.wgmma_desc:16:{8 * rb}:{sw_code}"
+    nmajor = f"tc.wgmma_desc:{box_w * BK * esz}:{8 * rb}:{sw_code}"
     for kk in range(BK // kstep):
-        da = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + wg * 64 * BK + kk * kstep), dt="uint64")
+        da = _call(kmajor, smem_ref(s0 + wg * 64 * BK + kk * kstep), dt="uint64")
         if b_transposed:
-            db = _call("tc.wgmma_desc:16:1024", smem_ref(s0 + a_elems + kk * kstep), dt="uint64")
+            db = _call(kmajor, smem_ref(s0 + a_elems + kk * kstep), dt="uint64")
         else:
-            db = _call("tc.wgmma_desc:8192:1024", smem_ref(s0 + a_elems + kk * kstep * 64), dt="uint64")
+            db = _call(nmajor, smem_ref(s0 + a_elems + kk * kstep * box_w), dt="uint64")
         mma.append(_ev(f"tc.wgmma:{instr}", E.BufferLoad(acc, (E.const(0),), acc.dtype), da, db))
     prev = (it + (stages - 1)) % stages  # slot of chunk it - 1
 
@@ -243,13 +250,13 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         kernel = S.AttrStmt(None, "cluster_dims", (cl, 1, 1), kernel)
     kernel = S.For(blk, E.const(0), E.const(grid), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
     if tma:  # the host encodes both maps from A's and B's addresses at each call (cached by address)
-        rb = E.const(K * esz)
+        pitch = E.const(K * esz)
         if b_transposed:
-            spec_b = TensorMapSpec(B, idt_name, E.const(N), E.const(K), rb, BK, bn // cl)
+            spec_b = TensorMapSpec(B, idt_name, E.const(N), E.const(K), pitch, BK, bn // cl, rb)
         else:
-            spec_b = TensorMapSpec(B, idt_name, E.const(K), E.const(N), E.const(N * esz), 64, BK)
+            spec_b = TensorMapSpec(B, idt_name, E.const(K), E.const(N), E.const(N * esz), box_w, BK, rb)
         kernel = with_tensor_map(map_b, spec_b, kernel)
-        kernel = with_tensor_map(map_a, TensorMapSpec(A, idt_name, E.const(M), E.const(K), rb, BK, bm), kernel)
+        kernel = with_tensor_map(map_a, TensorMapSpec(A, idt_name, E.const(M), E.const(K), pitch, BK, bm, rb), kernel)
     params = [A, B] + ([bias_buf] if bias_buf is not None else []) + [C]
     if max(nk * units // groups + nk, 0) >= 2**31:
         raise ScheduleError("the warp-specialised wgmma GEMM counts chunks with 32-bit integers; split the product")

@@ -80,7 +80,10 @@ TILES = [WGTile(2, 256, 4, 1), WGTile(1, 128, 3, 0), WGTile(2, 64, 2, 0), WGTile
          WGTile(2, 64, 3, 1, 2, ws=2, sms=5),
          # clusters of two multicasting B: 3 tile rows (an odd one: the pair's second block loads
          # zeros and stores nothing) and pairs walking several tiles; sms=5 gives 2 clusters
-         WGTile(2, 256, 4, 1, 8, ws=2, sms=5, cluster=2), WGTile(1, 128, 3, 1, 0, ws=2, sms=2, cluster=2)]
+         WGTile(2, 256, 4, 1, 8, ws=2, sms=5, cluster=2), WGTile(1, 128, 3, 1, 0, ws=2, sms=2, cluster=2),
+         # 64-byte rows (the 64-byte swizzle, chunks of 32 fp16 along K), plain and in clusters
+         WGTile(2, 256, 8, 1, 8, ws=2, sms=5, row_bytes=64), WGTile(1, 128, 6, 1, 0, ws=2, sms=2, row_bytes=64),
+         WGTile(2, 256, 9, 1, 8, ws=2, sms=5, cluster=2, row_bytes=64)]
 
 
 @pytest.mark.parametrize("tile", TILES)
@@ -112,20 +115,21 @@ def test_tensorcore_gemm_on_this_gpu(hopper, tmp_path):
 
 @pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (17, 24, 40), (300, 520, 4104)])
 @pytest.mark.parametrize("b_t", [False, True])
-@pytest.mark.parametrize("ws,cluster", [(1, 1), (2, 1), (2, 2)])
-def test_wgmma_ws_gemm(hopper, tmp_path, M, N, K, b_t, ws, cluster):
-    """The warp-specialised persistent kernels (cp.async or TMA producer, TMA in clusters of two)
-    at sizes no tile divides, bfloat16, float16 output."""
-    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, WGTile(2, 256, 4, 1, 8, ws=ws, cluster=cluster),
-         out_dtype="float16")
+@pytest.mark.parametrize("ws,cluster,rb", [(1, 1, 128), (2, 1, 128), (2, 2, 128), (2, 2, 64)])
+def test_wgmma_ws_gemm(hopper, tmp_path, M, N, K, b_t, ws, cluster, rb):
+    """The warp-specialised persistent kernels (cp.async or TMA producer, TMA in clusters of two,
+    with 128- or 64-byte rows) at sizes no tile divides, bfloat16, float16 output."""
+    tile = WGTile(2, 256, 4 if rb == 128 else 8, 1, 8, ws=ws, cluster=cluster, row_bytes=rb)
+    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, tile, out_dtype="float16")
 
 
 @pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (17, 24, 44), (300, 520, 4100)])
-@pytest.mark.parametrize("cluster", [1, 2])
-def test_wgmma_tf32_tma(hopper, tmp_path, M, N, K, cluster):
+@pytest.mark.parametrize("cluster,rb", [(1, 128), (2, 128), (1, 64)])
+def test_wgmma_tf32_tma(hopper, tmp_path, M, N, K, cluster, rb):
     """float32 inputs on TF32 tensor cores (m64nNk8; the TMA kernel with B given as N x K), sizes no
     tile divides (K a multiple of 4 only), against float64 with the TF32 bound."""
-    _run(hopper, tmp_path, M, N, K, "float32", True, WGTile(2, 256, 4, 1, 8, ws=2, sms=7, cluster=cluster))
+    tile = WGTile(2, 256, 4 if rb == 128 else 8, 1, 8, ws=2, sms=7, cluster=cluster, row_bytes=rb)
+    _run(hopper, tmp_path, M, N, K, "float32", True, tile)
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "float16"])

@@ -239,11 +239,12 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         self.needs_sm90a = True
         if e.op == "tc.shared_addr":
             return b.trunc(b.ptrtoint(self.operand_ptr(e.args[0]), i64), I32)
-        if e.op.startswith("tc.wgmma_desc:"):
-            lbo, sbo = (int(x) for x in e.op[len("tc.wgmma_desc:"):].split(":"))
+        if e.op.startswith("tc.wgmma_desc:"):  # lbo:sbo[:swizzle mode code, 128-byte swizzle when absent]
+            lbo, sbo, *sw = (int(x) for x in e.op[len("tc.wgmma_desc:"):].split(":"))
             addr = b.ptrtoint(self.operand_ptr(e.args[0]), i64)
             start = b.lshr(b.and_(addr, ir.Constant(i64, 0x3FFFF)), ir.Constant(i64, 4))
-            fixed = ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | SWIZZLE_128B << 62
+            mode = sw[0] if sw else SWIZZLE_128B
+            fixed = ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | (mode & 3) << 62
             return b.or_(start, ir.Constant(i64, fixed))
         if e.op == "tc.wgmma_fence":
             return self._void_asm("wgmma.fence.sync.aligned;")

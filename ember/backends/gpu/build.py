@@ -84,7 +84,7 @@ def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict
                 "rows": _tree(E.cast("int64", spec.rows), scal_index, b.name),
                 "cols": _tree(E.cast("int64", spec.cols), scal_index, b.name),
                 "row_bytes": _tree(E.cast("int64", spec.row_bytes), scal_index, b.name),
-                "box": [spec.box_cols, spec.box_rows],
+                "box": [spec.box_cols, spec.box_rows], **({"swizzle": spec.swizzle} if spec.swizzle != 128 else {}),
             }
         ws.append(entry)
     return {"kernels": kernels, "steps": steps, "workspaces": ws}

@@ -81,9 +81,9 @@ class GPUFunction(Function):
         # launch sizes: expression trees checked by check_gpu_meta, compiled once into closures
         self._grid_fns = [compile_grid(k["grid"]) for k in self._kernels]
         self._ws_fns = [compile_tree(w["nbytes"]) for w in plan["workspaces"]]
-        # workspaces that are TMA tensor maps: (argument, dtype, rows, cols, pitch, box) per workspace
+        # workspaces that are TMA tensor maps: (argument, dtype, rows, cols, pitch, box, swizzle) per workspace
         self._maps = {w: (tm["arg"], tm["dtype"], compile_tree(tm["rows"]), compile_tree(tm["cols"]),
-                          compile_tree(tm["row_bytes"]), tuple(tm["box"]))
+                          compile_tree(tm["row_bytes"]), tuple(tm["box"]), tm.get("swizzle", 128))
                       for w, ws in enumerate(plan["workspaces"]) if (tm := ws.get("tensor_map")) is not None}
         self._map_cache: OrderedDict[tuple[int, ...], GPUArray] = OrderedDict()
         self._nscal = nscal
@@ -318,7 +318,7 @@ class GPUFunction(Function):
         values is reused (kept with ``stream`` when the call is on a caller's stream, as
         workspaces are, so a captured CUDA graph's maps stay alive; else in a per-function cache):
         a model, whose addresses do not change, encodes and uploads each map once."""
-        arg, dt, rows_f, cols_f, pitch_f, box = self._maps[wid]
+        arg, dt, rows_f, cols_f, pitch_f, box, swizzle = self._maps[wid]
         ptr = pointers[arg]
         key = (id(self), wid, index, ptr, rows_f(scalars), cols_f(scalars), pitch_f(scalars))
         kept = stream.__dict__.setdefault("tensor_maps", {}) if stream is not None else self._map_cache
@@ -332,7 +332,7 @@ class GPUFunction(Function):
                 f"buffer argument {self._buffer_names[arg]} of {self.name} is read by TMA, which needs a "
                 f"16-byte aligned address (got {ptr:#x}): pass a copy (tensor.clone()) or a view that "
                 "starts at an aligned element")
-        m = encode_2d(ptr, dt, key[4], key[5], key[6], box[0], box[1])
+        m = encode_2d(ptr, dt, key[4], key[5], key[6], box[0], box[1], swizzle)
         buf = array(np.frombuffer(m, np.uint8).copy(), DataType("uint", 8), Device(self._kind, index))
         kept[key] = buf
         if stream is None and len(self._map_cache) > self.MAP_CACHE:

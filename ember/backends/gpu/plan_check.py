@@ -86,8 +86,8 @@ def check_plan(plan: Any, sig: dict[str, Any]) -> list[str]:
     ``scalar`` (a size), index in range; ``aligned_args`` buffer indices. Steps are
     ``["launch", kernel]``, ``["alloc", ws]``, ``["free", ws]`` in range; workspaces have a name
     and an ``nbytes`` tree, and a workspace that is a TMA tensor map a ``tensor_map`` with a
-    buffer argument index, a TMA data type, rows/cols/row_bytes trees and a box of two ints in
-    1..256."""
+    buffer argument index, a TMA data type, rows/cols/row_bytes trees, a box of two ints in
+    1..256 and optionally a swizzle of 64 or 128 bytes."""
     fname = sig["name"]
     where = f"the launch plan of {fname}"
     if not isinstance(plan, dict):
@@ -174,3 +174,5 @@ def _check_tensor_map(tm: Any, where: str, nbuf: int, nsizes: int) -> None:
     box = tm.get("box")
     if not isinstance(box, list) or len(box) != 2 or not all(_int_in(b, 1, 256) for b in box):
         raise ModelFormatError(f"{where}: the box {box!r} is not two ints in 1..256")
+    if tm.get("swizzle", 128) not in (64, 128):
+        raise ModelFormatError(f"{where}: the swizzle {tm.get('swizzle')!r} is not 64 or 128 (bytes)")
