@@ -46,7 +46,9 @@ WG_TILES = (WGTile(2, 128, 4, 1), WGTile(2, 256, 3, 1), WGTile(2, 256, 4, 1), WG
             WGTile(2, 256, 4, 1, 16, ws=2, cluster=2), WGTile(2, 256, 4, 1, 8, ws=2, cluster=2),
             WGTile(2, 256, 4, 1, 32, ws=2, cluster=2), WGTile(2, 256, 3, 1, 16, ws=2, cluster=2),
             WGTile(2, 256, 4, 1, 0, ws=2, cluster=2), WGTile(2, 128, 6, 1, 16, ws=2, cluster=2),
-            WGTile(2, 256, 4, 1, 16, ws=2, sms=128, cluster=2))
+            WGTile(2, 256, 4, 1, 16, ws=2, sms=128, cluster=2),
+            # 64-byte staged rows: half-K chunks, twice the slots (slower on the H200: docs/gpu.md)
+            WGTile(2, 256, 8, 1, 16, ws=2, cluster=2, row_bytes=64))
 
 
 def _model_matmul(A, B, ref, bound, Ct, parts_tried: tuple[int, ...] = ()) -> dict:
@@ -203,7 +205,8 @@ def main() -> int:
                 elif isinstance(tile, WGTile):
                     key = (f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}_g{tile.group_m}"
                            + ("", "_ws", "_tma")[tile.ws] + (f"_c{tile.cluster}" if tile.cluster > 1 else "")
-                           + (f"_sm{tile.sms}" if tile.sms != 132 else ""))
+                           + (f"_sm{tile.sms}" if tile.sms != 132 else "")
+                           + (f"_rb{tile.row_bytes}" if tile.row_bytes != 128 else ""))
                     func = wgmma_matmul(M, N, K, odt, odt, tile, bt, target=f"cuda -arch={attrs['arch']}",
                                         name=f"wg_{name}")
                     f = built = ember.build(func, target="cuda")
