@@ -317,15 +317,29 @@ def test_grouped_grid_and_bias_params():
 
 
 def test_grouped_order_covers_every_block_once():
-    # the block order of WGTile.group_m, evaluated in Python: every (row, column) block once
-    for mt, nt, g in ((8, 5, 3), (32, 16, 8), (7, 1, 4), (1, 9, 8)):
-        seen = set()
-        for lin in range(mt * nt):
-            per = g * nt
-            first = (lin // per) * g
-            size = min(mt - first, g)
-            seen.add((first + (lin % per) % size, (lin % per) // size))
-        assert seen == {(i, j) for i in range(mt) for j in range(nt)}
+    """The kernels' tile order (the functions that build their index expressions, evaluated on
+    ints): the plain grouped grid names every (row, column) tile once; the persistent kernel's
+    clusters of two cover every tile once, each pair on one column and two adjacent rows, with an
+    odd last row giving the second block a row past the matrix (loaded as zeros, not stored)."""
+    from ember.lowering.wgmma import grouped_tile
+    from ember.lowering.wgmma_ws import tile_of_block
+
+    for mt, nt, g in ((8, 5, 3), (32, 16, 8), (7, 1, 4), (1, 9, 8), (5, 4, 0)):
+        seen = [grouped_tile(lin, mt, nt, g) for lin in range(mt * nt)]
+        assert sorted(seen) == [(i, j) for i in range(mt) for j in range(nt)]
+    for mt, nt, g, cl, sms in ((8, 5, 16, 2, 6), (7, 3, 16, 2, 4), (3, 2, 8, 2, 132), (32, 16, 16, 2, 132),
+                               (9, 4, 0, 2, 5), (6, 5, 16, 1, 7)):
+        rows = -(-mt // cl)
+        groups = max(1, min(rows * nt, sms // cl))
+        gm = max(1, g // cl) if g else 0
+        seen = []
+        for cid in range(groups):
+            for i in range((rows * nt - cid + groups - 1) // groups):  # the kernel's rounds of this cluster
+                pair = [tile_of_block(cid, r, i, groups, rows, nt, gm, cl) for r in range(cl)]
+                first = pair[0][0]
+                assert len({c for _, c in pair}) == 1 and [r for r, _ in pair] == list(range(first, first + cl))
+                seen += [t for t in pair if t[0] < mt]
+        assert sorted(seen) == [(i, j) for i in range(mt) for j in range(nt)], (mt, nt, g, cl, sms)
 
 
 def test_default_tile_uses_clusters_only_for_large_products():

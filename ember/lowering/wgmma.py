@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ScheduleError
 from ..ir import expr as E
@@ -167,6 +168,21 @@ def acc_coord(thread: int, reg: int) -> tuple[int, int]:
 
 
 # -- the kernel ------------------------------------------------------------------------------------------------
+def grouped_tile(lin: Any, rows: int, cols: int, group: int,
+                 minimum: Callable[[Any, int], Any] = min) -> tuple[Any, Any]:
+    """(row, column) of the ``lin``-th tile of a ``rows x cols`` grid of tiles walked in groups of
+    ``group`` rows (0: row by row): group ``g = lin / (group cols)`` covers rows ``g group ..``,
+    and inside it the walk goes down one column, then to the next, so tiles running together
+    share their operands in L2. ``lin`` is an int (``minimum=min``) or a kernel expression
+    (``minimum=E.min_expr``); every ``lin`` in ``0 .. rows cols - 1`` names a different tile."""
+    if not group:
+        return lin // cols, lin % cols
+    per = group * cols
+    first = (lin // per) * group
+    size = minimum(rows - first, group)
+    return first + (lin % per) % size, (lin % per) // size
+
+
 def _call(op: str, *args: E.PrimExpr, dt: str = "int32") -> E.Call:
     return E.Call(as_dtype(dt), op, tuple(args))
 
@@ -337,10 +353,8 @@ def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype
         # block L of a 1-D grid: group g = L / (group_m nt) covers block rows g group_m ...;
         # inside it, blocks go down the rows of one block column, then to the next column
         lin = E.Var("blk", INT32)
-        per = t.group_m * nt
-        first = (lin // per) * t.group_m
-        size = E.min_expr(mt - first, t.group_m)
-        kernel = S.LetStmt(by, first + (lin % per) % size, S.LetStmt(bx, (lin % per) // size, kernel))
+        row, col = grouped_tile(lin, mt, nt, t.group_m, E.min_expr)
+        kernel = S.LetStmt(by, row, S.LetStmt(bx, col, kernel))
         kernel = S.For(lin, E.const(0), E.const(mt * nt), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
     else:
         kernel = S.For(by, E.const(0), E.const(mt), S.ForKind.THREAD_BINDING, kernel, "blockIdx.y")

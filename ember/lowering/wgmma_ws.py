@@ -42,6 +42,9 @@ of the expected arrivals when they complete; labels inside ``{ }`` in PTX are lo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir import stmt as S
@@ -49,7 +52,7 @@ from ..ir.buffer import Buffer
 from ..ir.dtypes import INT32
 from ..ir.dtypes import dtype as as_dtype
 from .gpu import TensorMapSpec, with_tensor_map
-from .wgmma import ATOM, WGTile, chunk_copies
+from .wgmma import ATOM, WGTile, chunk_copies, grouped_tile
 
 #: threads of the producer warpgroup
 PRODUCER = 128
@@ -61,6 +64,17 @@ def _call(op: str, *args: E.PrimExpr, dt: str = "int32") -> E.Call:
 
 def _ev(op: str, *args: E.PrimExpr) -> S.Stmt:
     return S.Evaluate(_call(op, *args))
+
+
+def tile_of_block(cid: Any, rank: Any, i: Any, groups: int, rows: int, cols: int, group: int, cl: int,
+                  minimum: Callable[[Any, int], Any] = min) -> tuple[Any, Any]:
+    """(tile row, tile column) that block ``rank`` of cluster ``cid`` (a plain block when ``cl`` is
+    1) computes in its ``i``-th round, with ``groups`` persistent clusters walking the ``rows x
+    cols`` units (a unit is ``cl`` vertically adjacent tiles) in groups of ``group`` unit rows:
+    unit ``cid + i groups``, tile row ``unit row * cl + rank``. Ints (``minimum=min``) or kernel
+    expressions (``minimum=E.min_expr``)."""
+    uy, bx = grouped_tile(cid + i * groups, rows, cols, group, minimum)
+    return (uy * cl + rank if cl > 1 else uy), bx
 
 
 def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile, b_transposed: bool,
@@ -105,16 +119,8 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     i, kc = E.Var("ti", INT32), E.Var("kc", INT32)
     base = E.Var("wg_base", INT32)
     cid, rank = (blk // cl, blk % cl) if cl > 1 else (blk, E.const(0))
-    unit = cid + i * groups
     gm = max(1, t.group_m // cl) if t.group_m else 0
-    if gm:
-        per = gm * nt
-        first = (unit // per) * gm
-        size = E.min_expr(rows - first, gm)
-        uy, bx = first + (unit % per) % size, (unit % per) // size
-    else:
-        uy, bx = unit // nt, unit % nt
-    by = uy * cl + rank if cl > 1 else uy
+    by, bx = tile_of_block(cid, rank, i, groups, rows, nt, gm, cl, E.min_expr)
     m0, n0 = by * bm, bx * bn
     it = i * nk + kc
     slot_of, phase_of = it % stages, (it // stages) % 2
