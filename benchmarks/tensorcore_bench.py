@@ -49,6 +49,10 @@ WG_TILES = (WGTile(2, 128, 4, 1), WGTile(2, 256, 3, 1), WGTile(2, 256, 4, 1), WG
             WGTile(2, 256, 4, 1, 16, ws=2, sms=128, cluster=2),
             # 64-byte staged rows: half-K chunks, twice the slots (slower on the H200: docs/gpu.md)
             WGTile(2, 256, 8, 1, 16, ws=2, cluster=2, row_bytes=64))
+# the skinny product on the TMA kernel: one consumer warpgroup, K split into parts summed by a second kernel
+SKINNY_WG = (WGTile(1, 128, 8, 1, 0, ws=2, split_k=2), WGTile(1, 128, 8, 1, 0, ws=2, split_k=4),
+             WGTile(1, 128, 8, 1, 0, ws=2, split_k=8), WGTile(1, 64, 12, 1, 0, ws=2, split_k=2),
+             WGTile(1, 256, 5, 1, 0, ws=2, split_k=8))
 
 
 def _model_matmul(A, B, ref, bound, Ct, parts_tried: tuple[int, ...] = ()) -> dict:
@@ -191,6 +195,8 @@ def main() -> int:
         hopper = "wgmma" in paths and attrs["arch"] == "sm_90"
         wg_ws = {int(x) for x in args.wg_ws.split(",") if x}
         wg_tiles = tuple(t for t in WG_TILES if t.ws in wg_ws) if hopper and name in ("fp16", "bf16") else ()
+        if hopper and name == "bf16_skinny":
+            wg_tiles = SKINNY_WG
         if hopper and name == "tf32_tn":  # TF32 wgmma: the TMA kernel only
             wg_tiles = tuple(t for t in WG_TILES if t.ws == 2)
         wg_best = None
@@ -206,7 +212,8 @@ def main() -> int:
                     key = (f"wgmma_{tile.bm}x{tile.bn}_s{tile.stages}_i{tile.inflight}_g{tile.group_m}"
                            + ("", "_ws", "_tma")[tile.ws] + (f"_c{tile.cluster}" if tile.cluster > 1 else "")
                            + (f"_sm{tile.sms}" if tile.sms != 132 else "")
-                           + (f"_rb{tile.row_bytes}" if tile.row_bytes != 128 else ""))
+                           + (f"_rb{tile.row_bytes}" if tile.row_bytes != 128 else "")
+                           + (f"_k{tile.split_k}" if tile.split_k > 1 else ""))
                     func = wgmma_matmul(M, N, K, odt, odt, tile, bt, target=f"cuda -arch={attrs['arch']}",
                                         name=f"wg_{name}")
                     f = built = ember.build(func, target="cuda")

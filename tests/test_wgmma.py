@@ -335,11 +335,16 @@ def test_grouped_order_covers_every_block_once():
         seen = []
         for cid in range(groups):
             for i in range((rows * nt - cid + groups - 1) // groups):  # the kernel's rounds of this cluster
-                pair = [tile_of_block(cid, r, i, groups, rows, nt, gm, cl) for r in range(cl)]
+                pair = [tile_of_block(cid, r, i, groups, rows, nt, gm, cl)[:2] for r in range(cl)]
                 first = pair[0][0]
                 assert len({c for _, c in pair}) == 1 and [r for r, _ in pair] == list(range(first, first + cl))
                 seen += [t for t in pair if t[0] < mt]
         assert sorted(seen) == [(i, j) for i in range(mt) for j in range(nt)], (mt, nt, g, cl, sms)
+    for mt, nt, parts, sms in ((1, 32, 4, 132), (3, 5, 3, 7), (2, 2, 8, 5)):  # split-K: every (tile, part) once
+        groups = min(mt * nt * parts, sms)
+        seen = [tile_of_block(b, 0, i, groups, mt, nt, 0, 1, parts=parts)
+                for b in range(groups) for i in range((mt * nt * parts - b + groups - 1) // groups)]
+        assert sorted(seen) == [(i, j, p) for i in range(mt) for j in range(nt) for p in range(parts)]
 
 
 def test_default_tile_uses_clusters_only_for_large_products():
@@ -351,3 +356,19 @@ def test_default_tile_uses_clusters_only_for_large_products():
     assert (big.bn, big.cluster, big.ws) == (256, 2, 2) and (small.bn, small.cluster) == (128, 1)
     assert big.check(227 * 1024) is None and small.check(227 * 1024) is None
     assert default_wgmma_tile(4096, 4096, sms=1).cluster == 1
+    skinny = default_wgmma_tile(16, 4096, 132, 4096)  # 32 tiles of 64 x 128, K in 4 parts: 128 blocks
+    assert (skinny.bm, skinny.bn, skinny.split_k, skinny.stages) == (64, 128, 4, 8) and skinny.check(227 * 1024) is None
+    assert default_wgmma_tile(16, 4096, 132, 256).split_k == 1  # 4 chunks of K: not split
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
+def test_split_k_plan():
+    """Split-K: the product kernel writes float32 parts to a workspace, a second kernel sums them
+    with the bias and ReLU; an illegal split (with clusters, or without TMA) is refused."""
+    f = ember.build(wgmma_matmul(16, 520, 4104, "bfloat16", "bfloat16", WGTile(1, 128, 8, 1, 0, ws=2, split_k=3),
+                                 bias=True, relu=True), target="cuda -arch=sm_90", use_cache=False)
+    host = f.get_source("host")
+    assert "wg_parts = device_alloc(float32, 24960)" in host  # 3 x 16 x 520
+    assert "launch wgmma_gemm_kernel0<<<(15, 1, 1)" in host and "launch wgmma_gemm_kernel1" in host
+    assert "split_k=2" in WGTile(ws=2, cluster=2, split_k=2).check(227 * 1024)
+    assert "split_k=2" in WGTile(ws=1, split_k=2).check(227 * 1024)

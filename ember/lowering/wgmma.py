@@ -77,6 +77,10 @@ class WGTile:
     #: chunk) or 64 (the 64-byte swizzle; chunks of half the K, so twice the slots in the same
     #: shared memory and a slot refilled sooner: more bytes in flight per multiprocessor)
     row_bytes: int = 128
+    #: > 1 (with ``ws=2``, plain blocks): K is split into this many parts computed by different
+    #: blocks into a float32 workspace, summed (with the bias and ReLU) by a second kernel; for
+    #: products too short to give every multiprocessor a tile (a skinny ``16 x N x K``)
+    split_k: int = 1
 
     @property
     def bm(self) -> int:
@@ -101,6 +105,8 @@ class WGTile:
         most = 16 if self.ws == 2 else 8
         if self.inflight not in (0, 1) or not self.inflight + 2 <= self.stages <= most:
             return f"{self.stages} stages with {self.inflight} groups in flight (needs 2 + inflight to {most} stages)"
+        if self.split_k < 1 or (self.split_k > 1 and (self.ws != 2 or self.cluster != 1)):
+            return f"split_k={self.split_k} (1, or parts of K with the TMA kernel ws=2 in plain blocks)"
         if self.row_bytes not in (64, 128) or (self.row_bytes == 64 and self.ws != 2):
             return f"row_bytes={self.row_bytes} (128, or 64 with the TMA kernel ws=2)"
         if self.ws not in (0, 1, 2) or self.sms < 1:

@@ -67,14 +67,39 @@ def _ev(op: str, *args: E.PrimExpr) -> S.Stmt:
 
 
 def tile_of_block(cid: Any, rank: Any, i: Any, groups: int, rows: int, cols: int, group: int, cl: int,
-                  minimum: Callable[[Any, int], Any] = min) -> tuple[Any, Any]:
-    """(tile row, tile column) that block ``rank`` of cluster ``cid`` (a plain block when ``cl`` is
-    1) computes in its ``i``-th round, with ``groups`` persistent clusters walking the ``rows x
-    cols`` units (a unit is ``cl`` vertically adjacent tiles) in groups of ``group`` unit rows:
-    unit ``cid + i groups``, tile row ``unit row * cl + rank``. Ints (``minimum=min``) or kernel
+                  minimum: Callable[[Any, int], Any] = min, parts: int = 1) -> tuple[Any, Any, Any]:
+    """(tile row, tile column, part of K) that block ``rank`` of cluster ``cid`` (a plain block when
+    ``cl`` is 1) computes in its ``i``-th round, with ``groups`` persistent clusters walking the
+    ``rows x cols`` units (a unit is ``cl`` vertically adjacent tiles) in groups of ``group`` unit
+    rows, each unit ``parts`` times (consecutive rounds of the walk take its parts of K): step
+    ``cid + i groups``, tile row ``unit row * cl + rank``. Ints (``minimum=min``) or kernel
     expressions (``minimum=E.min_expr``)."""
-    uy, bx = grouped_tile(cid + i * groups, rows, cols, group, minimum)
-    return (uy * cl + rank if cl > 1 else uy), bx
+    step = cid + i * groups
+    unit, part = (step // parts, step % parts) if parts > 1 else (step, 0)
+    uy, bx = grouped_tile(unit, rows, cols, group, minimum)
+    return (uy * cl + rank if cl > 1 else uy), bx, part
+
+
+def sum_parts_kernel(parts: Buffer, P: int, M: int, N: int, C: Buffer, bias: Buffer | None, relu: bool,
+                     threads: int = 256) -> S.Stmt:
+    """The kernel ``C = relu?(sum_p parts[p] + bias)`` over a float32 workspace of ``P`` partial
+    ``M x N`` products (one thread per element, summed in float32, rounded once to ``C``'s type)."""
+    f32 = as_dtype("float32")
+    total = M * N
+    sb, st = E.Var("sb", INT32), E.Var("st", INT32)
+    idx = sb * threads + st
+    acc: E.PrimExpr = E.BufferLoad(parts, (idx,), f32)
+    for p in range(1, P):
+        acc = acc + E.BufferLoad(parts, (idx + p * total,), f32)
+    if bias is not None:
+        b = E.BufferLoad(bias, (idx % N,), bias.dtype)
+        acc = acc + (b if bias.dtype == f32 else E.cast(f32, b))
+    if relu:
+        acc = E.max_expr(acc, E.const(0.0, "float32"))
+    value = acc if C.dtype == f32 else E.cast(C.dtype, acc)
+    body = S.IfThenElse(idx < total, S.BufferStore(C, value, (idx,)))
+    body = S.For(st, E.const(0), E.const(threads), S.ForKind.THREAD_BINDING, body, "threadIdx.x")
+    return S.For(sb, E.const(0), E.const(-(-total // threads)), S.ForKind.THREAD_BINDING, body, "blockIdx.x")
 
 
 def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile, b_transposed: bool,
@@ -111,7 +136,11 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     if cl == 2 and not tma:
         raise ScheduleError("clusters of two multicast TMA loads: use ws=2 with cluster=2")
     rows = -(-mt // cl)  # rows of units: a unit is the cl vertically adjacent tiles a cluster computes
-    units = rows * nt
+    P = t.split_k
+    if P > 1 and (cl > 1 or not tma):
+        raise ScheduleError("split-K parts are made by the TMA kernel in plain blocks: ws=2, cluster=1")
+    cpp = -(-nk // P)  # chunks per part of K (the last part's tail past K is loaded as zeros)
+    units = rows * nt * P
     groups = max(1, min(units, t.sms // cl))  # persistent clusters (plain blocks when cl == 1)
     grid = groups * cl
 
@@ -120,9 +149,9 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     base = E.Var("wg_base", INT32)
     cid, rank = (blk // cl, blk % cl) if cl > 1 else (blk, E.const(0))
     gm = max(1, t.group_m // cl) if t.group_m else 0
-    by, bx = tile_of_block(cid, rank, i, groups, rows, nt, gm, cl, E.min_expr)
+    by, bx, part = tile_of_block(cid, rank, i, groups, rows, nt, gm, cl, E.min_expr, P)
     m0, n0 = by * bm, bx * bn
-    it = i * nk + kc
+    it = i * cpp + kc
     slot_of, phase_of = it % stages, (it // stages) % 2
 
     def smem_ref(off: E.PrimExpr | int) -> E.BufferLoad:
@@ -139,7 +168,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
 
     # -- producer: warpgroup 0, thread p = tx (0..127) ---------------------------------------------------------
     s0 = slot_of * slot
-    k0 = kc * BK
+    k0 = (part * cpp + kc) * BK if P > 1 else kc * BK
     if tma:  # one thread: expect the slot's bytes on full[s], then one bulk copy per box
         def box(m: Buffer, c0: E.PrimExpr, c1: E.PrimExpr, dst: E.PrimExpr, multicast: bool = False) -> S.Stmt:
             op = "tc.tma_load_2d_mc:3" if multicast else "tc.tma_load_2d"
@@ -171,7 +200,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         )
     my_tiles = (units - cid + (groups - 1)) // groups
     producer = S.For(i, E.const(0), my_tiles, S.ForKind.SERIAL,
-                     S.For(kc, E.const(0), E.const(nk), S.ForKind.SERIAL, producer_step, "", ()), "", ())
+                     S.For(kc, E.const(0), E.const(cpp), S.ForKind.SERIAL, producer_step, "", ()), "", ())
 
     # -- consumers: warpgroups 1.., thread q = tx - 128 --------------------------------------------------------
     q = tx - PRODUCER
@@ -204,7 +233,12 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
 
     mma += [_ev("tc.wgmma_commit"), _ev("tc.wgmma_wait:1"),
             S.IfThenElse(E.logical_and(kc > 0, lane_t == 0), release(prev))]
-    last = (i * nk + (nk - 1)) % stages
+    last = (i * cpp + (cpp - 1)) % stages
+    # with split-K the parts go to a float32 workspace [P, M, N]; the bias and ReLU wait for the sum
+    parts = Buffer("wg_parts", as_dtype("float32"), (E.const(P * M * N),), (), "global") if P > 1 else None
+    dest, dest_t = (parts, acc.dtype) if parts is not None else (C, odt)
+    base_idx = part * (M * N) if parts is not None else E.const(0)
+    bias_here = bias_buf if parts is None else None
     zero = [S.BufferStore(acc, E.const(0.0, "float32"), (E.const(r),)) for r in range(bn // 2)]
     epi: list[S.Stmt] = []
     f32x2 = as_dtype("float32").with_lanes(2)
@@ -213,22 +247,23 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         col = n0 + 8 * (r // 4) + 2 * (lane_t % 4)
         pair: E.PrimExpr = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, INT32.with_lanes(2)),), f32x2)
         one: E.PrimExpr = E.BufferLoad(acc, (E.const(r),), acc.dtype)
-        if bias_buf is not None:
-            bpair = E.BufferLoad(bias_buf, (E.Ramp(col, E.const(1), 2, INT32.with_lanes(2)),), odt.with_lanes(2))
+        if bias_here is not None:
+            bpair = E.BufferLoad(bias_here, (E.Ramp(col, E.const(1), 2, INT32.with_lanes(2)),), odt.with_lanes(2))
             pair = pair + (bpair if odt == acc.dtype else E.cast(f32x2, bpair))
-            bone = E.BufferLoad(bias_buf, (col,), odt)
+            bone = E.BufferLoad(bias_here, (col,), odt)
             one = one + (bone if odt == acc.dtype else E.cast(acc.dtype, bone))
-        if relu:
+        if relu and parts is None:
             pair = E.max_expr(pair, E.Broadcast(E.const(0.0, "float32"), 2, f32x2))
             one = E.max_expr(one, E.const(0.0, "float32"))
-        vpair = pair if odt == acc.dtype else E.cast(odt.with_lanes(2), pair)
-        vone = one if odt == acc.dtype else E.cast(odt, one)
-        both = S.BufferStore(C, vpair, (E.Ramp(row * N + col, E.const(1), 2, INT32.with_lanes(2)),))
-        first = S.IfThenElse(col < N, S.BufferStore(C, vone, (row * N + col,)))
+        vpair = pair if dest_t == acc.dtype else E.cast(dest_t.with_lanes(2), pair)
+        vone = one if dest_t == acc.dtype else E.cast(dest_t, one)
+        at = base_idx + row * N + col if parts is not None else row * N + col
+        both = S.BufferStore(dest, vpair, (E.Ramp(at, E.const(1), 2, INT32.with_lanes(2)),))
+        first = S.IfThenElse(col < N, S.BufferStore(dest, vone, (at,)))
         epi.append(S.IfThenElse(row < M, S.IfThenElse(col + 1 < N, both, first)))
     consumer_tile = S.seq(
         *zero,
-        S.For(kc, E.const(0), E.const(nk), S.ForKind.SERIAL, S.seq(*mma), "", ()),
+        S.For(kc, E.const(0), E.const(cpp), S.ForKind.SERIAL, S.seq(*mma), "", ()),
         _ev("tc.wgmma_wait:0"),
         S.IfThenElse(lane_t == 0, release(last)),
         *epi,
@@ -255,6 +290,8 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     if cl > 1:
         kernel = S.AttrStmt(None, "cluster_dims", (cl, 1, 1), kernel)
     kernel = S.For(blk, E.const(0), E.const(grid), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
+    if parts is not None:  # a second kernel sums the parts of K (one workspace for both)
+        kernel = S.Allocate(parts, S.seq(kernel, sum_parts_kernel(parts, P, M, N, C, bias_buf, relu)))
     if tma:  # the host encodes both maps from A's and B's addresses at each call (cached by address)
         pitch = E.const(K * esz)
         if b_transposed:
@@ -264,6 +301,6 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         kernel = with_tensor_map(map_b, spec_b, kernel)
         kernel = with_tensor_map(map_a, TensorMapSpec(A, idt_name, E.const(M), E.const(K), pitch, BK, bm, rb), kernel)
     params = [A, B] + ([bias_buf] if bias_buf is not None else []) + [C]
-    if max(nk * units // groups + nk, 0) >= 2**31:
+    if max(cpp * units // groups + cpp, P * M * N) >= 2**31:
         raise ScheduleError("the warp-specialised wgmma GEMM counts chunks with 32-bit integers; split the product")
     return S.PrimFunc(name, params, kernel, {"target": target})

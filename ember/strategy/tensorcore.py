@@ -457,15 +457,22 @@ def wgmma_matmul(
                            tgt.max_shared_memory_per_block_optin, bias, relu)
 
 
-def default_wgmma_tile(M: int, N: int, sms: int = 132) -> WGTile:
+def default_wgmma_tile(M: int, N: int, sms: int = 132, K: int = 0) -> WGTile:
     """The wgmma tiling :func:`tensorcore_gemm` picks: the warp-specialised persistent kernel with
     a TMA producer (``ws=2``), two consumer warpgroups, 4 stages, tiles walked in groups of 16 rows
     of blocks; 128 x 256 blocks in clusters of two sharing B by multicast when they give every
     multiprocessor a tile (the fastest measured at 4096^3 on the H200: 601-627 TFLOP/s fp16, the
-    clusters 1-1.7 % above plain blocks in eight paired runs, ``docs/gpu.md``), else 128 x 128
-    plain blocks (twice the tiles; not measured apart)."""
+    clusters 1-1.7 % above plain blocks in eight paired runs, ``docs/gpu.md``); for at most 64
+    rows whose 64 x 128 tiles leave half the multiprocessors idle (a skinny product, bandwidth-bound)
+    one consumer warpgroup, 8 stages and K split into parts (at least 4 chunks each) until the
+    tiles times the parts fill the multiprocessors; else 128 x 128 plain blocks (twice the tiles;
+    not measured apart)."""
     if -(-M // 128) * -(-N // 256) >= sms:
         return WGTile(2, 256, 4, 1, 16, ws=2, sms=sms, cluster=2 if sms >= 2 else 1)
+    nt = -(-N // 128)
+    if M <= 64 and 2 * nt < sms:
+        parts = max(1, min(-(-K // 64) // 4, sms // nt))
+        return WGTile(1, 128, 8, 1, 0, ws=2, sms=sms, split_k=parts)
     return WGTile(2, 128, 4, 1, 16, ws=2, sms=sms)
 
 
@@ -516,7 +523,7 @@ def tensorcore_gemm(
         # the persistent kernel launches one block per multiprocessor: this GPU's count when the
         # target is this GPU, else an H100 / H200 SXM's 132
         sms = detected_sm_count(tgt.mcpu) or 132
-        return wgmma_matmul(M, N, K, in_dtype, out_dtype, default_wgmma_tile(M, N, sms), b_transposed, tgt, name)
+        return wgmma_matmul(M, N, K, in_dtype, out_dtype, default_wgmma_tile(M, N, sms, K), b_transposed, tgt, name)
     s, args = tensorcore_matmul(M, N, K, intrins[in_dtype], out_dtype or "float32", b_transposed=b_transposed,
                                 target=tgt)
     return lower(s, args, name, target=tgt)

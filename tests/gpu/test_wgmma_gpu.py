@@ -132,11 +132,23 @@ def test_wgmma_tf32_tma(hopper, tmp_path, M, N, K, cluster, rb):
     _run(hopper, tmp_path, M, N, K, "float32", True, tile)
 
 
+@pytest.mark.parametrize("M,N,K,b_t,parts,out_dtype", [(16, 520, 4104, False, 3, "float16"),
+                                                       (16, 4096, 4096, True, 4, "float32"),
+                                                       (100, 264, 1000, True, 4, "float16"),
+                                                       (17, 24, 40, False, 2, "float32")])
+def test_wgmma_split_k(hopper, tmp_path, M, N, K, b_t, parts, out_dtype):
+    """Split-K (the skinny default): parts of K in float32 summed by a second kernel, at sizes no
+    tile divides; with K of one chunk the second part is all zeros past K."""
+    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, WGTile(1, 128, 8, 1, 0, ws=2, sms=132, split_k=parts),
+         out_dtype=out_dtype)
+
+
 @pytest.mark.parametrize("out_dtype", ["float32", "float16"])
-def test_wgmma_bias_relu(hopper, tmp_path, out_dtype):
+@pytest.mark.parametrize("tile", [WGTile(2, 128, 4, 1, 2), WGTile(1, 128, 8, 1, 0, ws=2, split_k=3)])
+def test_wgmma_bias_relu(hopper, tmp_path, out_dtype, tile):
     """The fused epilogue: relu(A @ B + bias) rounded once to C's type."""
     M, N, K = 301, 200, 136
-    f = ember.build(wgmma_matmul(M, N, K, "float16", out_dtype, WGTile(2, 128, 4, 1, 2), bias=True, relu=True,
+    f = ember.build(wgmma_matmul(M, N, K, "float16", out_dtype, tile, bias=True, relu=True,
                                  target="cuda -arch=sm_90"), target="cuda -arch=sm_90", cache_dir=tmp_path)
     a = rng.standard_normal((M, K)).astype("float16")
     b = rng.standard_normal((K, N)).astype("float16")
