@@ -274,10 +274,10 @@ class GPUFunction(Function):
         # On a stream of the caller's (a model's execution context), workspaces are kept with the
         # stream and reused by the next call: the stream orders the calls, nothing waits, and the
         # addresses stay the same, so the launches can be captured into a CUDA graph. On the
-        # default stream they are allocated per call and freed once the device is done.
+        # default stream they are kept per calling thread (the default stream orders one thread's
+        # calls; two threads get two sets), so a call neither allocates nor waits for the device.
         stream = drv.current_stream() if hasattr(drv, "current_stream") else None
         ws: dict[int, Any] = {}
-        temporary = False
         for step in self._steps:
             op = step[0]
             if op == "launch":
@@ -298,16 +298,26 @@ class GPUFunction(Function):
                     ws[wid] = self._tensor_map(wid, pointers, scalars, index, stream)
                     continue
                 nbytes = max(1, self._ws_fns[wid](scalars))
-                temporary = stream is None
                 if stream is not None:
                     ws[wid] = self._stream_workspace(stream, wid, nbytes, index)
                 else:
-                    ws[wid] = empty((nbytes,), DataType("uint", 8), Device(self._kind, index))
+                    ws[wid] = self._thread_workspace(wid, nbytes, index)
             elif op == "free":
-                pass  # freed when the call returns (after the device is done with it, see below)
-        if temporary:
-            Device(self._kind, index).sync()
+                pass  # kept for the next call (see above)
         return 0
+
+    def _thread_workspace(self, wid: int, nbytes: int, index: int) -> Any:
+        """Workspace ``wid`` of this thread's calls on the default stream of GPU ``index``: kept
+        between calls, grown when a call needs more (the old buffer is released only after the
+        device has finished the calls that used it)."""
+        kept = self._tls.__dict__.setdefault("workspaces", {})
+        buf = kept.get((wid, index))
+        if buf is None or buf.shape[0] < nbytes:
+            if buf is not None:
+                Device(self._kind, index).sync()  # earlier launches may still use the smaller buffer
+            buf = empty((nbytes,), DataType("uint", 8), Device(self._kind, index))
+            kept[(wid, index)] = buf
+        return buf
 
     #: Tensor maps one function keeps for calls on the default stream (least recently used dropped).
     MAP_CACHE = 256
