@@ -65,6 +65,9 @@ run_bench() {
     kernel_profile) $PY benchmarks/gpu_kernel_profile.py --out "$OUT" --models "$EMBER_MODEL_DIR" ${PROFILE_ARGS:---fp32} \
       > "$OUT/kernel_profile.log" 2>&1 || bench_rc=1
       tail -n 150 "$OUT/kernel_profile.log" ;;
+    # Nsight Compute on ember's default GEMM and cuBLAS's (tensor-pipe activity, stalls, L2): GEMM_NCU_ARGS picks the case.
+    gemm_ncu) $PY benchmarks/gemm_ncu.py --out "$OUT" ${GEMM_NCU_ARGS:-} > "$OUT/gemm_ncu.log" 2>&1 || bench_rc=1
+      tail -n 8 "$OUT/gemm_ncu.log" ;;
     # Symbolic-batch ResNet-50: one artifact at batch 1 and 8 against the fixed-shape builds (goal <= 1.1x).
     dynamic_shapes) $PY benchmarks/dynamic_shapes.py --target cuda --out "$OUT" --models "$EMBER_MODEL_DIR" \
       > "$OUT/dynamic_shapes.log" 2>&1 || bench_rc=1
