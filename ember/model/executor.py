@@ -76,9 +76,10 @@ class ExecutionContext:
             else:
                 self._labels.append("")
         self.device = device
-        # GPU functions launch on the device their thread last used; a context launches with raw
-        # addresses, so it names its device to each distinct function before launching (_bind).
-        self._binders = [f.bind_device for f in program.functions.values() if hasattr(f, "bind_device")]
+        # GPU functions launch on their thread's current device (one per device kind, shared by all
+        # functions); a context launches with raw addresses, so it sets that device before each run.
+        self._bind_device = next((f.bind_device for f in program.functions.values() if hasattr(f, "bind_device")),
+                                 None)
         self.mem = program.memory(device)
         plan = program.plan
         self._storages = [self.mem.storage(n) for n in plan["storages"]]
@@ -211,8 +212,8 @@ class ExecutionContext:
 
     def _bind(self) -> None:
         """Make this thread's launches of the program's GPU functions go to this context's device."""
-        for bind in self._binders:
-            bind(self.device.index)
+        if self._bind_device is not None:
+            self._bind_device(self.device.index)
 
     def _host(self) -> Any:
         """The context's :class:`~ember.model.native_run.HostRun` (built once), or False when

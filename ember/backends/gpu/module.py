@@ -29,6 +29,11 @@ from ...runtime.ndarray import Device
 from ...runtime.size_expr import compile_grid, compile_tree
 from ...runtime.tensor_map import encode_2d
 
+#: This thread's current GPU per device kind (``_CURRENT.cuda``...), as CUDA's current device: a
+#: call with arrays sets it from the arrays, a model's context with :meth:`GPUFunction.bind_device`
+#: once per run, and every function's launches from this thread go to it.
+_CURRENT = threading.local()
+
 
 # -- compiled modules --------------------------------------------------------------------------------
 class DeviceModule(Module):
@@ -76,7 +81,8 @@ class GPUFunction(Function):
         self._kind = kind
         nscal = len(sig["scalars"])
         self._launchers: dict[int, list[Any]] = {}
-        self._steps = plan["steps"]
+        # "free" steps do nothing here: workspaces are kept for the next call (see _invoke_gpu)
+        self._steps = [st for st in plan["steps"] if st[0] != "free"]
         self._kernels = plan["kernels"]
         # launch sizes: expression trees checked by check_gpu_meta, compiled once into closures
         self._grid_fns = [compile_grid(k["grid"]) for k in self._kernels]
@@ -87,8 +93,7 @@ class GPUFunction(Function):
                       for w, ws in enumerate(plan["workspaces"]) if (tm := ws.get("tensor_map")) is not None}
         self._map_cache: OrderedDict[tuple[int, ...], GPUArray] = OrderedDict()
         self._nscal = nscal
-        # The device of the call in progress, per thread: two threads may call one function with
-        # arrays on different GPUs.
+        # per thread: the default-stream workspaces (two threads may call one function at once)
         self._tls = threading.local()
         super().__init__(sig, self._invoke_gpu, kind, module)
         # vector-accessed argument buffers must be 16-byte aligned
@@ -149,7 +154,7 @@ class GPUFunction(Function):
                 except KeyError:
                     scal = None
                 if scal is not None:
-                    self._tls.index = dev.index
+                    _CURRENT.__dict__[self._kind] = dev.index
                     if self._single:
                         self._launch_single(ptrs, scal)
                     else:
@@ -204,7 +209,7 @@ class GPUFunction(Function):
             scal = [env[n] for n in self._scal_names]
         except KeyError:
             return False
-        self._tls.index = index
+        _CURRENT.__dict__[self._kind] = index
         if self._single:
             self._launch_single(ptrs, scal)
         else:
@@ -232,7 +237,7 @@ class GPUFunction(Function):
         else:
             idx = a.__dlpack_device__()[1] if hasattr(a, "__dlpack_device__") else 0
         if k == self._first_buf:
-            self._tls.index = idx
+            _CURRENT.__dict__[self._kind] = idx
         elif idx != self._dev_index:
             raise ArgumentError(f"argument {k} ({p['name']}) of {self.name} is on {self._kind}({idx}) but an earlier "
                                 f"argument is on {self._kind}({self._dev_index}): put all arrays on one device")
@@ -240,15 +245,16 @@ class GPUFunction(Function):
 
 
     def bind_device(self, index: int) -> None:
-        """Make this thread's next launches of this function go to GPU ``index``. A call with
-        arrays sets it from the arrays; a model's executor, which launches with raw addresses
-        (``_invoke``), calls this with the device the model is placed on."""
-        self._tls.index = index
+        """Make this thread's next launches of every function of this device kind go to GPU
+        ``index`` (:data:`_CURRENT`). A call with arrays sets it from the arrays; a model's
+        executor, which launches with raw addresses (``_invoke``), calls this once per run with
+        the device the model is placed on."""
+        _CURRENT.__dict__[self._kind] = index
 
     @property
     def _dev_index(self) -> int:
-        """The device index of this thread's call in progress (0 before any)."""
-        return getattr(self._tls, "index", 0)
+        """This thread's current device index of this function's kind (0 before any)."""
+        return _CURRENT.__dict__.get(self._kind, 0)
 
     def _launchers_on(self, index: int) -> list[Any]:
         ls = self._launchers.get(index)
@@ -302,8 +308,6 @@ class GPUFunction(Function):
                     ws[wid] = self._stream_workspace(stream, wid, nbytes, index)
                 else:
                     ws[wid] = self._thread_workspace(wid, nbytes, index)
-            elif op == "free":
-                pass  # kept for the next call (see above)
         return 0
 
     def _thread_workspace(self, wid: int, nbytes: int, index: int) -> Any:
