@@ -180,3 +180,22 @@ def tiny_model_onnx() -> tuple[bytes, Any]:
     proto = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     proto.ir_version = 8
     return proto.SerializeToString(), w
+
+
+def torch_without_tf32() -> Any:
+    """``torch`` with TF32 off for its matrix products and convolutions (float32 comparisons with
+    ember, whose default is exact float32, are then like for like)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
+def model_directory(path: str | None, prefix: str) -> Path:
+    """The directory for exported ONNX files: ``path`` (made when missing) or a new temporary one."""
+    import tempfile
+
+    directory = Path(path or tempfile.mkdtemp(prefix=prefix))
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory

@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "gpu"))
 
 import kernels as K  # noqa: E402
-from common import machine  # noqa: E402
+from common import machine, torch_without_tf32  # noqa: E402
 
 import ember  # noqa: E402
 
@@ -60,8 +60,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch_without_tf32()
     dev = ember.cuda(0)
     attrs = dev.attributes
     results: dict = {"device": attrs["device_name"], "arch": attrs["arch"], "torch": torch.__version__,

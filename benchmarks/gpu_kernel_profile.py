@@ -17,14 +17,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from common import median_ms  # noqa: E402
+from common import median_ms, model_directory, torch_without_tf32  # noqa: E402
 from tensorcore_models import _cases  # noqa: E402
 
 import ember  # noqa: E402
@@ -67,12 +66,8 @@ def main() -> int:
     ap.add_argument("--no-torch", action="store_true", help="profile ember only")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    directory = Path(args.models or tempfile.mkdtemp(prefix="ember-prof-models-"))
-    directory.mkdir(parents=True, exist_ok=True)
+    torch = torch_without_tf32()
+    directory = model_directory(args.models, "ember-prof-models-")
     dev = ember.cuda(0)
     out: dict[str, Any] = {"device": dev.attributes["device_name"], "torch": torch.__version__, "results": {}}
     for name, net, feeds, path in _cases(directory, quick=False, with_fp32=args.fp32):

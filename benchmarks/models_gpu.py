@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
 
-from common import machine, median_ms  # noqa: E402
+from common import machine, median_ms, torch_without_tf32  # noqa: E402
 
 import ember  # noqa: E402
 
@@ -84,8 +84,7 @@ def main() -> int:
     import onnxruntime as ort
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch_without_tf32()
     directory = Path(args.models or tempfile.mkdtemp(prefix="ember-gpu-models-"))
     dev = ember.cuda(0)
     rows = []

@@ -16,7 +16,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "models"))
 
-from common import machine, write_outputs  # noqa: E402
+from common import machine, model_directory, write_outputs  # noqa: E402
 
 import ember  # noqa: E402
 
@@ -72,8 +71,7 @@ def main() -> int:
     if n < 2:
         print(f"multi_gpu: needs two CUDA GPUs, this machine has {n}")
         return 1
-    directory = Path(args.models or tempfile.mkdtemp(prefix="ember-mgpu-"))
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = model_directory(args.models, "ember-mgpu-")
     path = _resnet(directory)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype("float32")
     d0, d1 = ember.cuda(0), ember.cuda(1)

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "models"))
 
-from common import median_ms, write_outputs  # noqa: E402
+from common import median_ms, model_directory, torch_without_tf32, write_outputs  # noqa: E402
 
 import ember  # noqa: E402
 
@@ -146,13 +146,8 @@ def main() -> int:
     ap.add_argument("--fp32", action="store_true", help="also ResNet-50 batch 1 and BERT-base in float32 (TF32 off)")
     ap.add_argument("--only", action="append", default=None, help="run only the named case (repeatable)")
     args = ap.parse_args()
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-    directory = Path(args.models or tempfile.mkdtemp(prefix="ember-tc-models-"))
-    directory.mkdir(parents=True, exist_ok=True)
+    torch = torch_without_tf32()
+    directory = model_directory(args.models, "ember-tc-models-")
     dev = ember.cuda(0)
     results: dict = {"device": dev.attributes["device_name"], "torch": torch.__version__,
                      "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -46,6 +46,7 @@ from common import (  # noqa: E402
     median_ms,
     per_call_us,
     tiny_model_onnx,
+    torch_without_tf32,
     write_outputs,
 )
 
@@ -200,8 +201,7 @@ def latency(budget_s: float) -> list[dict[str, Any]]:
     """ResNet-18/50 and BERT-base on CUDA: eager, inductor, ember (see the module doc)."""
     import torchvision
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch_without_tf32()
     dev = torch.device("cuda")
     start = time.perf_counter()
     cases = [

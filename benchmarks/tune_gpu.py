@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
 
-from common import machine, median_ms, write_outputs  # noqa: E402
+from common import machine, median_ms, torch_without_tf32, write_outputs  # noqa: E402
 from tune_cpu import gemm_model as sgemm_model  # noqa: E402  (y = x @ w, w a constant)
 
 import ember  # noqa: E402
@@ -189,8 +189,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch_without_tf32()
     key = ember.tune.target_key(ember.backends.backend_for("cuda").resolve(ember.Target("cuda")))
     results: dict[str, Any] = {"device": key.device, "arch": key.arch, "torch": torch.__version__, "host": machine(),
                                "cost_model": "xgboost" if _has("xgboost") else "numpy",
