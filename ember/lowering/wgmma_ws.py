@@ -120,25 +120,19 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     nthr = PRODUCER * (consumers + 1)
     esz = idt.bits // 8
     rb = t.row_bytes  # bytes of K per staged row: the swizzle span (128 or 64)
-    BK = rb // esz  # elements of K per staged chunk: one row of the swizzle span
-    box_w = rb // esz  # columns of one N-major B box (a row of the swizzle span)
+    # elements of K per staged chunk, and columns of one N-major B box: one row of the swizzle span
+    BK = rb // esz
     sw_code = {128: 1, 64: 2}[rb]  # the descriptor's swizzle-mode code
     a_elems, b_elems = bm * BK, bn * BK
     slot = a_elems + b_elems
     smem = Buffer("wg_smem", idt, (E.const(slot * stages + ATOM // esz),), (), "shared")
-    if tma and (bm > 256 or bn > 256):
-        raise ScheduleError(f"a TMA box holds at most 256 rows, the tile is {bm} x {bn}")
     bars = Buffer("wg_bars", as_dtype("uint64"), (E.const(2 * stages),), (), "shared")
     acc = Buffer("wg_acc", as_dtype("float32"), (E.const(bn // 2),), (), "local")
     nk = -(-K // BK)
     mt, nt = -(-M // bm), -(-N // bn)
     cl = t.cluster
-    if cl == 2 and not tma:
-        raise ScheduleError("clusters of two multicast TMA loads: use ws=2 with cluster=2")
     rows = -(-mt // cl)  # rows of units: a unit is the cl vertically adjacent tiles a cluster computes
-    P = t.split_k
-    if P > 1 and (cl > 1 or not tma):
-        raise ScheduleError("split-K parts are made by the TMA kernel in plain blocks: ws=2, cluster=1")
+    P = t.split_k  # WGTile.check (called by wgmma_gemm_func) allows clusters and split-K with TMA only
     cpp = -(-nk // P)  # chunks per part of K (the last part's tail past K is loaded as zeros)
     units = rows * nt * P
     groups = max(1, min(units, t.sms // cl))  # persistent clusters (plain blocks when cl == 1)
@@ -178,15 +172,15 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         if cl == 2 and b_transposed:  # this block's half of the B rows, into both blocks
             half = rank * (bn // 2)
             loads.append(box(map_b, k0, n0 + half, s0 + a_elems + half * BK, True))
-        elif cl == 2:  # this block's half of the box_w-column boxes, into both blocks
-            per_rank = bn // box_w // 2
+        elif cl == 2:  # this block's half of the BK-column boxes, into both blocks
+            per_rank = bn // BK // 2
             for j in range(per_rank):
                 nb = rank * per_rank + j
-                loads.append(box(map_b, n0 + box_w * nb, k0, s0 + a_elems + nb * (box_w * BK), True))
+                loads.append(box(map_b, n0 + BK * nb, k0, s0 + a_elems + nb * (BK * BK), True))
         elif b_transposed:
             loads.append(box(map_b, k0, n0, s0 + a_elems))
         else:
-            loads += [box(map_b, n0 + box_w * nb, k0, s0 + a_elems + nb * box_w * BK) for nb in range(bn // box_w)]
+            loads += [box(map_b, n0 + BK * nb, k0, s0 + a_elems + nb * BK * BK) for nb in range(bn // BK)]
         producer_step = S.seq(
             _ev("tc.mbar_wait", empty(slot_of), 1 - phase_of),
             _ev(f"tc.mbar_expect_tx:{slot * idt.bits // 8}", full(slot_of)),
@@ -213,16 +207,16 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     # cp.async writes through the generic proxy: fence them for the tensor cores; TMA writes are async-proxy
     mma = [_ev("tc.mbar_wait", full(slot_of), phase_of), *([] if tma else [_ev("tc.fence_proxy_async")]),
            _ev("tc.wgmma_fence")]
-    # K-major operands: 8-row groups 8 * rb bytes apart; N-major B: box_w-column blocks one box
-    # (box_w x BK elements) apart, 8-row groups of K 8 * rb bytes apart
+    # K-major operands: 8-row groups 8 * rb bytes apart; N-major B: BK-column blocks one box
+    # (BK x BK elements) apart, 8-row groups of K 8 * rb bytes apart
     kmajor = f"tc.wgmma_desc:16:{8 * rb}:{sw_code}"
-    nmajor = f"tc.wgmma_desc:{box_w * BK * esz}:{8 * rb}:{sw_code}"
+    nmajor = f"tc.wgmma_desc:{BK * BK * esz}:{8 * rb}:{sw_code}"
     for kk in range(BK // kstep):
         da = _call(kmajor, smem_ref(s0 + wg * 64 * BK + kk * kstep), dt="uint64")
         if b_transposed:
             db = _call(kmajor, smem_ref(s0 + a_elems + kk * kstep), dt="uint64")
         else:
-            db = _call(nmajor, smem_ref(s0 + a_elems + kk * kstep * box_w), dt="uint64")
+            db = _call(nmajor, smem_ref(s0 + a_elems + kk * kstep * BK), dt="uint64")
         mma.append(_ev(f"tc.wgmma:{instr}", E.BufferLoad(acc, (E.const(0),), acc.dtype), da, db))
     prev = (it + (stages - 1)) % stages  # slot of chunk it - 1
 
@@ -297,7 +291,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         if b_transposed:
             spec_b = TensorMapSpec(B, idt_name, E.const(N), E.const(K), pitch, BK, bn // cl, rb)
         else:
-            spec_b = TensorMapSpec(B, idt_name, E.const(K), E.const(N), E.const(N * esz), box_w, BK, rb)
+            spec_b = TensorMapSpec(B, idt_name, E.const(K), E.const(N), E.const(N * esz), BK, BK, rb)
         kernel = with_tensor_map(map_b, spec_b, kernel)
         kernel = with_tensor_map(map_a, TensorMapSpec(A, idt_name, E.const(M), E.const(K), pitch, BK, bm, rb), kernel)
     params = [A, B] + ([bias_buf] if bias_buf is not None else []) + [C]
