@@ -4,7 +4,11 @@ DRAM and L2 throughput and the warp-stall reasons (per issued instruction), one 
 warm-up, clocks left free (``--clock-control none``). This is the profile behind the "What limits
 the TMA kernel" table of ``docs/gpu.md``.
 
-    python benchmarks/gemm_ncu.py [--dtype float16] [--m 4096 --n 4096 --k 4096] [--tn] [--out DIR]
+    python benchmarks/gemm_ncu.py [--dtype float16] [--m 4096 --n 4096 --k 4096] [--tn] [--out DIR] [--sass]
+
+With ``--sass`` it also samples warp stalls per SASS instruction of ember's kernel (``ncu --set
+full`` into a report, then its source page) and writes ``gemm_ncu_sass.csv`` (every instruction)
+and ``gemm_ncu_sass.md`` (the instructions with the most samples, in program order).
 
 Needs ``ncu`` (Nsight Compute, shipped with the CUDA toolkit) with access to the GPU's
 performance counters, PyTorch for cuBLAS, and an NVIDIA GPU. Writes ``gemm_ncu.json`` and
@@ -99,6 +103,71 @@ def child(args: argparse.Namespace) -> None:
     torch.cuda.synchronize()
 
 
+def stall_column(header: list[str]) -> str | None:
+    """The column of ``ncu --page source --csv`` holding each instruction's warp-stall samples."""
+    for want in ("Warp Stall Sampling (All Samples)", "Warp Stall Sampling (All Cycles)"):
+        if want in header:
+            return want
+    return next((h for h in header if h.startswith("Warp Stall Sampling")), None)
+
+
+def top_instructions(text: str, count: int = 60) -> list[str]:
+    """Markdown rows for the ``count`` SASS instructions with the most stall samples (kept in
+    program order) from ``ncu --page source --csv --print-source sass`` output; each row shows
+    the address, the instruction, its share of all samples and its top stall reasons."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    if not rows:
+        return ["(no source rows)"]
+    start = next((i for i, r in enumerate(rows) if "Source" in r), 0)  # after a "Kernel Name" row
+    header, body = rows[start], rows[start + 1:]
+    col = stall_column(header)
+    if col is None:
+        return ["(no stall column; header: " + ", ".join(header) + ")"]
+
+    def num(row: list[str], c: str) -> float:
+        try:
+            return float(row[header.index(c)].replace(",", ""))
+        except (ValueError, IndexError):
+            return 0.0
+
+    total = sum(num(r, col) for r in body) or 1.0
+    reasons = [h for h in header if (h.startswith("stall_") or h.startswith("smsp__pcsamp_warps_issue_stalled"))
+               and "Not Issued" not in h]
+    ranked = sorted(range(len(body)), key=lambda i: -num(body[i], col))[:count]
+    out = ["| address | instruction | % samples | top reasons |", "| --- | --- | ---: | --- |"]
+    for i in sorted(ranked):
+        r = body[i]
+        why = sorted(((num(r, c), c) for c in reasons), reverse=True)[:3]
+        src = r[header.index("Source")] if "Source" in header else ""
+        addr = r[header.index("Address")] if "Address" in header else str(i)
+        out.append(f"| {addr} | `{src.strip()[:70]}` | {100 * num(r, col) / total:.2f} | "
+                   + ", ".join(f"{c.replace('smsp__pcsamp_warps_issue_stalled_', '')} {v:.0f}" for v, c in why if v)
+                   + " |")
+    return out
+
+
+def sass_profile(ncu: str, args: argparse.Namespace) -> None:
+    """Sample warp stalls per SASS instruction of ember's kernel into ``gemm_ncu_sass.csv`` and
+    ``gemm_ncu_sass.md`` under ``args.out``."""
+    rep = Path(args.out) / "gemm_ncu_sass"
+    cmd = [ncu, "--clock-control", "none", "--kernel-name", "regex:ember_gemm", "--launch-skip", "2",
+           "--launch-count", "1", "--set", "full", "--import-source", "no", "-f", "-o", str(rep),
+           sys.executable, __file__, "--child", "--dtype", args.dtype, "--m", str(args.m), "--n", str(args.n),
+           "--k", str(args.k)] + (["--tn"] if args.tn else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        print("gemm_ncu --sass: ncu failed:", proc.stdout[-2000:], proc.stderr[-2000:])
+        return
+    page = subprocess.run([ncu, "--import", f"{rep}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"],
+                          capture_output=True, text=True, timeout=600)
+    (Path(args.out) / "gemm_ncu_sass.csv").write_text(page.stdout)
+    table = [f"# ncu stall samples per SASS instruction: ember's default GEMM, {args.dtype} "
+             f"{args.m}x{args.n}x{args.k}", ""] + top_instructions(page.stdout)
+    (Path(args.out) / "gemm_ncu_sass.md").write_text("\n".join(table) + "\n")
+    print("\n".join(table[:80]))
+
+
 def main() -> int:
     """Profile (or, with ``--child``, be the profiled process); returns an exit code."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,6 +177,7 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--tn", action="store_true", help="B given as N x K (nn.Linear's layout; float32 needs it)")
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--sass", action="store_true", help="also sample stalls per SASS instruction of ember's kernel")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -118,7 +188,7 @@ def main() -> int:
         print("gemm_ncu: ncu (Nsight Compute) was not found: install the CUDA toolkit's nsight-compute")
         return 1
     metrics = list(METRICS) + [f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALLS]
-    cmd = [ncu, "--clock-control", "none", "--kernel-name", KERNELS, "--csv", "--page", "raw",
+    cmd = [ncu, "--clock-control", "none", "--kernel-name", KERNELS, "--csv", "--page", "raw", "--print-units", "base",
            "--metrics", ",".join(metrics), sys.executable, __file__, "--child", "--dtype", args.dtype,
            "--m", str(args.m), "--n", str(args.n), "--k", str(args.k)] + (["--tn"] if args.tn else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -132,14 +202,17 @@ def main() -> int:
     results = {"case": f"{args.dtype} {args.m}x{args.n}x{args.k}{' TN' if args.tn else ''}", "host": machine(),
                "ncu": version[-1] if version else None, "kernels": kernels}
     lines = [f"# ncu: ember's default GEMM and cuBLAS, {results['case']}", "",
-             "| kernel | duration | tensor pipe % | IPC | L2 hit % | DRAM % | L2 % | top stalls per issue |",
+             "| kernel | duration (µs) | tensor pipe % | IPC | L2 hit % | DRAM % | L2 % | top stalls per issue |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for name, k in kernels.items():
         top = sorted(((v, r) for r, v in k["stalls_per_issue"].items() if v), reverse=True)[:3]
-        cells = [k.get(x) for x in ("duration", "tensor_pipe_active_pct", "ipc", "l2_hit_pct", "dram_pct", "l2_pct")]
+        cells = [k["duration"] / 1e3 if k.get("duration") else None]
+        cells += [k.get(x) for x in ("tensor_pipe_active_pct", "ipc", "l2_hit_pct", "dram_pct", "l2_pct")]
         lines.append(f"| {name[:60]} | " + " | ".join("" if c is None else f"{c:.4g}" for c in cells)
                      + " | " + ", ".join(f"{r} {v:.2f}" for v, r in top) + " |")
     print(write_outputs(args.out, "gemm_ncu", results, lines))
+    if args.sass:
+        sass_profile(ncu, args)
     return 0
 
 

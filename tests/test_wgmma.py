@@ -9,6 +9,7 @@ Layout" with its swizzling modes; the wgmma .m64nNk16 accumulator-D fragment fig
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -141,14 +142,21 @@ def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
         assert instr in ptx
     log = dev.get_source("ptxas")
     assert "sm_90a" in log and "spill stores" in log and " 0 bytes spill stores" in log
+    block_barriers = ptx.count("bar.sync \t0;")  # (the TMA-store epilogue's warpgroup barriers have ids 1, 2)
     if tile.cluster == 2:  # clusters of two: cluster barriers around the kernel, multicast B, remote arrivals
-        assert ptx.count("bar.sync") == 0 and ".reqnctapercluster 2, 1, 1" in ptx
+        assert block_barriers == 0 and ".reqnctapercluster 2, 1, 1" in ptx
         assert ptx.count("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;") == 2
         for instr in ("complete_tx::bytes.multicast::cluster", "mapa.shared::cluster.u32",
                       "mbarrier.arrive.shared::cluster.b64"):
             assert instr in ptx
     elif tile.ws:  # roles synchronise through mbarriers: one block barrier (after their set-up) in all
-        assert ptx.count("bar.sync") == 1
+        assert block_barriers == 1
+    if tile.ws == 2 and tile.out_buffers():  # the epilogue: staged sub-tiles stored by TMA; the producer gives registers to two consumers
+        subtiles = tile.bn // 32  # float32 C: 32 columns per 128-byte sub-tile
+        assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == subtiles
+        assert len(re.findall(r"bar\.sync %r\d+, 128;", ptx)) == 2 * subtiles and "cp.async.bulk.wait_group 0;" in ptx
+        assert ("setmaxnreg.inc.sync.aligned.u32 232;" in ptx) == (tile.warpgroups == 2)
+        assert "C7508" not in log  # ptxas found the register count at entry (setmaxnreg not ignored)
     if tile.ws:
         assert f".maxntid {tile.threads}, 1, 1" in ptx
         arrive = "mbarrier.arrive.expect_tx.shared::cta.b64" if tile.ws == 2 else \
@@ -162,18 +170,20 @@ def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
 @pytest.mark.parametrize("b_t", [False, True])
 def test_tma_maps_are_host_steps(tmp_path, b_t):
-    """The TMA kernel takes only A, B, C: its two tensor maps are workspaces the host encodes from
-    the arguments' addresses (``tensor_map`` in the plan, named in the host IR), and the plan
-    survives a round trip through the module's parts (what the build cache stores)."""
+    """The TMA kernel takes only A, B, C: its three tensor maps (A and B loaded, C stored in
+    64-row sub-tiles of 128 bytes) are workspaces the host encodes from the arguments' addresses
+    (``tensor_map`` in the plan, named in the host IR), and the plan survives a round trip through
+    the module's parts (what the build cache stores)."""
     M, N, K = 200, 136, 104
     f = ember.build(wgmma_matmul(M, N, K, "float16", "float32", WGTile(2, 128, 4, 1, 8, ws=2), b_t),
                     target="cuda -arch=sm_90", cache_dir=tmp_path)
     assert [p["name"] for p in f["wgmma_gemm"]._params] == ["A", "B", "C"]
     ws = f["wgmma_gemm"].plan["workspaces"]
     maps = [w["tensor_map"] for w in ws]
-    assert [m["arg"] for m in maps] == [0, 1] and all(m["dtype"] == "float16" for m in maps)
+    assert [m["arg"] for m in maps] == [0, 1, 2] and [m["dtype"] for m in maps] == ["float16"] * 2 + ["float32"]
     assert maps[0]["box"] == [64, 128]
     assert maps[1]["box"] == ([64, 128] if b_t else [64, 64])
+    assert maps[2]["box"] == [32, 64]  # 32 float32 columns: one 128-byte row
     host = f.get_source("host")
     assert "tmap_A = tensor_map(A, float16, 200 x 104, pitch 208 B, box 64 x 128)" in host
     assert "tensor_map(B" in host

@@ -46,6 +46,10 @@ SWIZZLE_NONE, SWIZZLE_128B, SWIZZLE_64B, SWIZZLE_32B = 0, 1, 2, 3
 #: bytes of one 128-byte-swizzle atom (8 rows of 128 bytes); its start must be aligned to this
 ATOM = 1024
 BK = 64  # elements of K per staged chunk: one 128-byte row of 16-bit elements
+#: bytes of one epilogue sub-tile a consumer warpgroup stages for a TMA store: 64 rows of 128 bytes
+OUT_SUBTILE_BYTES = 64 * 128
+#: shared memory per block on sm_90 (opt-in maximum, bytes)
+SM90_SMEM = 227 * 1024
 FALLBACK = "use the mma.sync path (tensorcore_matmul with an 'mma.*' intrinsic), which runs on sm_80 and newer"
 
 
@@ -92,9 +96,21 @@ class WGTile:
         """Threads per block (with ``ws``, the producer warpgroup's 128 more)."""
         return 128 * (self.warpgroups + (1 if self.ws else 0))
 
+    def out_buffers(self) -> int:
+        """Staging buffers per consumer warpgroup of the TMA-store epilogue (the TMA kernel without
+        split-K; :mod:`ember.lowering.wgmma_ws`), each :data:`OUT_SUBTILE_BYTES`: two (a sub-tile is
+        written while the one before is stored) when they fit next to the slots in sm_90's shared
+        memory, else one, else none (the accumulators are stored directly, as by the other kernels)."""
+        if self.ws != 2 or self.split_k != 1:
+            return 0
+        staged = (self.bm + self.bn) * self.row_bytes * self.stages + 2 * ATOM
+        return next((n for n in (2, 1) if staged + n * self.warpgroups * OUT_SUBTILE_BYTES <= SM90_SMEM), 0)
+
     def smem_bytes(self) -> int:
-        """Shared memory the staged slots take (plus one atom for aligning the base)."""
-        return (self.bm + self.bn) * self.row_bytes * self.stages + ATOM
+        """Shared memory the staged slots take (plus one atom for aligning the base) and the
+        epilogue's staging buffers (plus one atom)."""
+        out = self.out_buffers() * self.warpgroups * OUT_SUBTILE_BYTES
+        return (self.bm + self.bn) * self.row_bytes * self.stages + ATOM + (out + ATOM if out else 0)
 
     def check(self, smem_limit: int) -> str | None:
         """Why this tiling is illegal, or None."""

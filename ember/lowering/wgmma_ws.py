@@ -52,10 +52,23 @@ from ..ir.buffer import Buffer
 from ..ir.dtypes import INT32
 from ..ir.dtypes import dtype as as_dtype
 from .gpu import TensorMapSpec, with_tensor_map
-from .wgmma import ATOM, WGTile, chunk_copies, grouped_tile
+from .wgmma import ATOM, WGTile, chunk_copies, grouped_tile, xor3
 
 #: threads of the producer warpgroup
 PRODUCER = 128
+#: registers per thread the producer warpgroup keeps (``setmaxnreg.dec``): it only counts and copies
+PRODUCER_REGS = 40
+
+
+def consumer_regs(consumers: int) -> int | None:
+    """Registers per thread each consumer warpgroup takes (``setmaxnreg.inc``) once the producer has
+    given its share back (``setmaxnreg.dec`` to :data:`PRODUCER_REGS`): with two consumers, a block
+    of 384 threads starts with 168 each (ptxas allots 64K / 384 at entry when the kernel adjusts
+    its registers) and the consumers get 232; None with one consumer (256 threads may keep up to
+    255 registers each from the start, and ptxas ignores ``setmaxnreg`` there)."""
+    if consumers < 2:
+        return None
+    return (65536 // PRODUCER - PRODUCER_REGS) // consumers // 8 * 8
 
 
 def _call(op: str, *args: E.PrimExpr, dt: str = "int32") -> E.Call:
@@ -100,6 +113,61 @@ def sum_parts_kernel(parts: Buffer, P: int, M: int, N: int, C: Buffer, bias: Buf
     body = S.IfThenElse(idx < total, S.BufferStore(C, value, (idx,)))
     body = S.For(st, E.const(0), E.const(threads), S.ForKind.THREAD_BINDING, body, "threadIdx.x")
     return S.For(sb, E.const(0), E.const(-(-total // threads)), S.ForKind.THREAD_BINDING, body, "blockIdx.x")
+
+
+#: the tensor map of C (the TMA-store epilogue)
+_MAP_C = Buffer("tmap_C", as_dtype("uint8"), (E.const(128),))
+
+
+def _tma_store_epilogue(acc: Buffer, C: Buffer, bias: Buffer | None, relu: bool, t: WGTile, lane_t: E.PrimExpr,
+                        wg: E.PrimExpr, m0: E.PrimExpr, n0: E.PrimExpr,
+                        N: int) -> tuple[Buffer, E.Var, list[S.Stmt], S.Stmt]:
+    """The epilogue that writes a consumer warpgroup's ``64 x bn`` accumulators (plus ``bias``, ReLU,
+    rounded to ``C``'s type) through shared memory: per sub-tile of 64 rows x 128 bytes, every thread
+    stores its pairs into a staging buffer in the 128-byte-swizzled layout (conflict-free: the 8 rows
+    of one store instruction land in 8 different 16-byte chunks), ``fence.proxy.async`` and a
+    warpgroup barrier, then one thread issues a TMA store (``cp.async.bulk.tensor``, bounds clipped
+    by the tensor map, so edge tiles need no checks) and goes on; a staging buffer is rewritten only
+    after its store has read it (``cp.async.bulk.wait_group.read``; two buffers per warpgroup when
+    they fit, :meth:`WGTile.out_buffers`). Returns the staging buffer, the variable holding its
+    aligned start, the epilogue's statements and the drain to run after the last tile."""
+    odt = C.dtype
+    oesz = odt.bits // 8
+    ocols = 128 // oesz  # columns per sub-tile
+    nbuf = t.out_buffers()
+    sub = 64 * ocols  # elements per staging buffer
+    out_smem = Buffer("wg_out", odt, (E.const(t.warpgroups * nbuf * sub + ATOM // oesz),), (), "shared")
+    obase = E.Var("wg_obase", INT32)
+    f32x2 = as_dtype("float32").with_lanes(2)
+    idx2 = INT32.with_lanes(2)
+    leader = lane_t == 0
+    wrow = (lane_t // 32) * 16 + (lane_t % 32) // 4  # the thread's row in its warpgroup's 64 (first half)
+    out: list[S.Stmt] = []
+    for j in range(t.bn // ocols):
+        buf = obase + (wg * nbuf + j % nbuf) * sub
+        body: list[S.Stmt] = [S.IfThenElse(leader, _ev(f"tc.bulk_wait_read:{nbuf - 1}")),
+                              _ev("tc.named_barrier:128", wg + 1)]
+        for r in range(j * ocols // 2, (j + 1) * ocols // 2, 2):  # registers r, r + 1: columns col, col + 1
+            lr = wrow + 8 * ((r // 2) % 2)
+            lc = 8 * (r // 4) - j * ocols + 2 * (lane_t % 4)
+            byte = lc * oesz
+            at = lr * 128 + xor3(byte // 16, lr % 8) * 16 + byte % 16
+            pair: E.PrimExpr = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, idx2),), f32x2)
+            if bias is not None:  # clamped: columns past N are clipped by the store
+                col = E.min_expr(n0 + 8 * (r // 4) + 2 * (lane_t % 4), E.const(N - 2))
+                bpair = E.BufferLoad(bias, (E.Ramp(col, E.const(1), 2, idx2),), odt.with_lanes(2))
+                pair = pair + (bpair if odt == acc.dtype else E.cast(f32x2, bpair))
+            if relu:
+                pair = E.max_expr(pair, E.Broadcast(E.const(0.0, "float32"), 2, f32x2))
+            value = pair if odt == acc.dtype else E.cast(odt.with_lanes(2), pair)
+            body.append(S.BufferStore(out_smem, value, (E.Ramp(buf + at // oesz, E.const(1), 2, idx2),)))
+        body += [_ev("tc.fence_proxy_async"), _ev("tc.named_barrier:128", wg + 1),
+                 S.IfThenElse(leader, S.seq(
+                     _ev("tc.tma_store_2d", E.BufferLoad(out_smem, (buf,), odt),
+                         E.BufferLoad(_MAP_C, (E.const(0),), _MAP_C.dtype), n0 + j * ocols, m0 + wg * 64),
+                     _ev("tc.bulk_commit")))]
+        out += body
+    return out_smem, obase, out, S.IfThenElse(leader, _ev("tc.bulk_wait:0"))
 
 
 def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile, b_transposed: bool,
@@ -234,7 +302,8 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     base_idx = part * (M * N) if parts is not None else E.const(0)
     bias_here = bias_buf if parts is None else None
     zero = [S.BufferStore(acc, E.const(0.0, "float32"), (E.const(r),)) for r in range(bn // 2)]
-    epi: list[S.Stmt] = []
+    epi: list[S.Stmt] = []  # bounds-checked stores (tiles on the edge of C)
+    inner: list[S.Stmt] = []  # the same stores unchecked (tiles inside C: all but the edge ones)
     f32x2 = as_dtype("float32").with_lanes(2)
     for r in range(0, bn // 2, 2):  # registers r, r + 1 hold columns col, col + 1 of one row: one paired store
         row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
@@ -255,6 +324,18 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         both = S.BufferStore(dest, vpair, (E.Ramp(at, E.const(1), 2, INT32.with_lanes(2)),))
         first = S.IfThenElse(col < N, S.BufferStore(dest, vone, (at,)))
         epi.append(S.IfThenElse(row < M, S.IfThenElse(col + 1 < N, both, first)))
+        inner.append(both)
+    if M % bm or N % bn or mt % cl:  # edge tiles (or a cluster's tile row past M) exist: check only there
+        epi = [S.IfThenElse(E.logical_and(m0 + bm <= M, n0 + bn <= N), S.seq(*inner), S.seq(*epi))]
+    else:
+        epi = inner
+    oesz = odt.bits // 8
+    # the TMA-store epilogue where C's rows are 16-byte multiples (the tensor map's pitch); parts of K
+    # go to the float32 workspace as before
+    out_smem = None
+    if tma and parts is None and (N * oesz) % 16 == 0 and t.out_buffers():
+        out_smem, obase, store_epi, drain = _tma_store_epilogue(acc, C, bias_buf, relu, t, lane_t, wg, m0, n0, N)
+        epi = store_epi
     consumer_tile = S.seq(
         *zero,
         S.For(kc, E.const(0), E.const(cpp), S.ForKind.SERIAL, S.seq(*mma), "", ()),
@@ -262,18 +343,27 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         S.IfThenElse(lane_t == 0, release(last)),
         *epi,
     )
-    consumer = S.Allocate(acc, S.For(i, E.const(0), my_tiles, S.ForKind.SERIAL, consumer_tile, "", ()))
+    consumer: S.Stmt = S.For(i, E.const(0), my_tiles, S.ForKind.SERIAL, consumer_tile, "", ())
+    if out_smem is not None:  # the last stores have read their staging buffers before the block ends
+        out_addr = _call("tc.shared_addr", E.BufferLoad(out_smem, (E.const(0),), odt))
+        consumer = S.LetStmt(obase, ((ATOM - out_addr % ATOM) % ATOM) // oesz, S.seq(consumer, drain))
+        consumer = S.Allocate(out_smem, consumer)
+    consumer = S.Allocate(acc, consumer)
 
     init = [_ev(f"tc.mbar_init:{1 if tma else PRODUCER}", full(s)) for s in range(stages)]
     init += [_ev(f"tc.mbar_init:{consumers * cl}", empty(s)) for s in range(stages)]
     sync = _ev("tc.cluster_sync") if cl > 1 else _ev("gpu.barrier")
+    # the producer gives registers back to the consumers' accumulators and epilogue (as CUTLASS does)
+    regs = consumer_regs(consumers) if tma else None  # (cp.async producers need their registers for addresses)
+    give = [_ev(f"tc.setmaxnreg_dec:{PRODUCER_REGS}")] if regs else []
+    take = [_ev(f"tc.setmaxnreg_inc:{regs}")] if regs else []
     body = S.seq(
         S.IfThenElse(tx == 0, S.seq(*init, _ev("tc.mbar_init_fence"))),
         sync,
         # the TMA thread first fetches both descriptors (prefetch.tensormap), as CUTLASS's producers do
-        S.IfThenElse(tx < PRODUCER, S.IfThenElse(tx == 0, S.seq(
+        S.IfThenElse(tx < PRODUCER, S.seq(*give, S.IfThenElse(tx == 0, S.seq(
             *[_ev("tc.tma_prefetch", E.BufferLoad(m, (E.const(0),), u8)) for m in (map_a, map_b)], producer))
-            if tma else producer, consumer),
+            if tma else producer), S.seq(*take, consumer)),
         *([_ev("tc.cluster_sync")] if cl > 1 else []),
     )
     addr = _call("tc.shared_addr", E.BufferLoad(smem, (E.const(0),), idt))
@@ -286,6 +376,9 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     kernel = S.For(blk, E.const(0), E.const(grid), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
     if parts is not None:  # a second kernel sums the parts of K (one workspace for both)
         kernel = S.Allocate(parts, S.seq(kernel, sum_parts_kernel(parts, P, M, N, C, bias_buf, relu)))
+    if out_smem is not None:  # C is written by TMA stores of 64-row sub-tiles, 128 bytes wide
+        kernel = with_tensor_map(_MAP_C, TensorMapSpec(C, odt_name, E.const(M), E.const(N), E.const(N * oesz),
+                                                       128 // oesz, 64, 128), kernel)
     if tma:  # the host encodes both maps from A's and B's addresses at each call (cached by address)
         pitch = E.const(K * esz)
         if b_transposed:

@@ -113,12 +113,14 @@ def test_tensorcore_gemm_on_this_gpu(hopper, tmp_path):
     assert (np.abs(c.numpy() - a64 @ b64) <= 2.0**-20 * (np.abs(a64) @ np.abs(b64))).all()
 
 
-@pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (17, 24, 40), (300, 520, 4104)])
+@pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (17, 24, 40), (300, 520, 4104), (384, 512, 200)])
 @pytest.mark.parametrize("b_t", [False, True])
 @pytest.mark.parametrize("ws,cluster,rb", [(1, 1, 128), (2, 1, 128), (2, 2, 128), (2, 2, 64)])
 def test_wgmma_ws_gemm(hopper, tmp_path, M, N, K, b_t, ws, cluster, rb):
     """The warp-specialised persistent kernels (cp.async or TMA producer, TMA in clusters of two,
-    with 128- or 64-byte rows) at sizes no tile divides, bfloat16, float16 output."""
+    with 128- or 64-byte rows) at sizes no tile divides, bfloat16, float16 output; 384 x 512 has
+    no edge tiles (unchecked stores) but, in clusters of two, a third tile row whose pair lies
+    past M (checked stores)."""
     tile = WGTile(2, 256, 4 if rb == 128 else 8, 1, 8, ws=ws, cluster=cluster, row_bytes=rb)
     _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, tile, out_dtype="float16")
 

@@ -45,3 +45,23 @@ def test_parse_and_summarise():
 
 def test_output_without_a_table():
     assert _module().parse_ncu_csv("==PROF== ERR_NVGPUCTRPERM - no permission\n") == {}
+
+
+_SRC_HEAD = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",
+             "smsp__pcsamp_warps_issue_stalled_barrier", "smsp__pcsamp_warps_issue_stalled_wait"]
+_SRC_ROWS = [["0x10", "MOV R1, c[0x0][0x28]", "2", "1", "0", "1"],
+             ["0x20", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R3+URZ], R4", "1,000", "900", "850", "20"],
+             ["0x30", "HGMMA.64x256x16.F32 R24, gdesc[UR4], R24", "300", "10", "0", "280"],
+             ["0x40", "EXIT", "0", "0", "0", "0"]]
+
+
+def test_top_instructions():
+    """The SASS table: the instructions with the most samples, in program order, with their share
+    of all samples and their top reasons (prefix stripped, zero reasons left out)."""
+    text = "\n".join(['==PROF== Disconnected'] + [",".join(f'"{c}"' for c in r) for r in [_SRC_HEAD, *_SRC_ROWS]])
+    rows = _module().top_instructions(text, count=2)
+    assert rows[2].startswith("| 0x20 | `SYNCS.PHASECHK") and "| 76.80 |" in rows[2]
+    assert "barrier 850, wait 20" in rows[2]
+    assert rows[3].startswith("| 0x30 | `HGMMA") and "wait 280" in rows[3] and "barrier" not in rows[3]
+    assert len(rows) == 4  # header, rule, the two with most samples
+    assert _module().top_instructions('"Address","Source"\n"0x10","EXIT"')[0].startswith("(no stall column")

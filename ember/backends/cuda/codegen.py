@@ -195,7 +195,7 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             b.call(asm, [dst, src, self._int_cast(self.expr(size), I32)])
             return ir.Constant(I32, 0)
         if e.op.startswith(("tc.wgmma", "tc.fence_proxy_async", "tc.shared_addr", "tc.mbar", "tc.cp_async_mbar",
-                            "tc.tma", "tc.cluster")):
+                            "tc.tma", "tc.cluster", "tc.bulk_", "tc.named_barrier", "tc.setmaxnreg")):
             return self._hopper_call(e)
         if e.op == "tc.cp_async_commit":
             b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}",
@@ -228,7 +228,12 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         the data it guards was read by this block's tensor cores, not written) and
         ``tc.tma_prefetch`` (a tensor map: its descriptor is fetched ahead of the first copy),
         ``tc.tma_load_2d_mc:<mask>`` (a TMA load multicast to the cluster's blocks in ``mask``:
-        the data and the barrier's completed bytes land at the same offsets in each)."""
+        the data and the barrier's completed bytes land at the same offsets in each); the epilogue's
+        ``tc.tma_store_2d`` (shared source, tensor map, column, row: a TMA store of one box, in the
+        thread's current bulk group), ``tc.bulk_commit``, ``tc.bulk_wait_read:<n>`` (until at most
+        ``n`` of the thread's bulk groups have not yet read their shared source), ``tc.bulk_wait:<n>``
+        (... not yet completed) and ``tc.named_barrier:<threads>`` (barrier id: ``bar.sync`` of that
+        many threads)."""
         from ...lowering.wgmma import SWIZZLE_128B
 
         b = self.builder
@@ -260,6 +265,20 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             return self._void_asm("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;")
         if e.op.startswith(("tc.mbar", "tc.cp_async_mbar", "tc.tma")):
             return self._mbarrier_call(e)
+        if e.op.startswith(("tc.setmaxnreg_inc:", "tc.setmaxnreg_dec:")):
+            head, n = e.op.split(":")
+            return self._void_asm(f"setmaxnreg.{head[-3:]}.sync.aligned.u32 {int(n)};")
+        if e.op == "tc.bulk_commit":
+            return self._void_asm("cp.async.bulk.commit_group;")
+        if e.op.startswith(("tc.bulk_wait_read:", "tc.bulk_wait:")):
+            head, n = e.op.split(":")
+            return self._void_asm(f"cp.async.bulk.wait_group{'.read' if head.endswith('read') else ''} {int(n)};")
+        if e.op.startswith("tc.named_barrier:"):
+            count = int(e.op[len("tc.named_barrier:"):])
+            fty = ir.FunctionType(ir.VoidType(), [I32])
+            b.call(ir.InlineAsm(fty, f"bar.sync $0, {count};", "r,~{memory}", side_effect=True),
+                   [self._int_cast(self.expr(e.args[0]), I32)])
+            return ir.Constant(I32, 0)
         if e.op.startswith("tc.wgmma:"):
             shape, ty, tb = e.op[len("tc.wgmma:"):].split(".")
             n = int(shape[shape.index("n") + 1:shape.index("k")])
@@ -300,6 +319,14 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
                 ops, cons = [addr, tmap, c0, c1, mbar, mask], "r,l,r,r,r,h"
             fty = ir.FunctionType(ir.VoidType(), [x.type for x in ops])
             b.call(ir.InlineAsm(fty, text, cons + ",~{memory}", side_effect=True), ops)
+            return ir.Constant(I32, 0)
+        elif e.op == "tc.tma_store_2d":  # (shared source, tensor map, column, row)
+            tmap = b.ptrtoint(self.operand_ptr(e.args[1]), ir.IntType(64))
+            c0, c1 = (self._int_cast(self.expr(x), I32) for x in e.args[2:4])
+            text = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$1, {$2, $3}], [$0];"
+            ops = [addr, tmap, c0, c1]
+            fty = ir.FunctionType(ir.VoidType(), [x.type for x in ops])
+            b.call(ir.InlineAsm(fty, text, "r,l,r,r,~{memory}", side_effect=True), ops)
             return ir.Constant(I32, 0)
         elif e.op == "tc.tma_prefetch":  # (tensor map): fetch its descriptor into the TMA unit's cache
             tmap = b.ptrtoint(self.operand_ptr(e.args[0]), ir.IntType(64))
