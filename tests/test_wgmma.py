@@ -151,7 +151,8 @@ def test_ptx_and_ptxas(tmp_path, tile, b_t, dt):
             assert instr in ptx
     elif tile.ws:  # roles synchronise through mbarriers: one block barrier (after their set-up) in all
         assert block_barriers == 1
-    if tile.ws == 2 and tile.out_buffers():  # the epilogue: staged sub-tiles stored by TMA; the producer gives registers to two consumers
+    # the epilogue: staged sub-tiles stored by TMA; the producer gives registers to two consumers
+    if tile.ws == 2 and tile.out_buffers():
         subtiles = tile.bn // 32  # float32 C: 32 columns per 128-byte sub-tile
         assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == subtiles
         assert len(re.findall(r"bar\.sync %r\d+, 128;", ptx)) == 2 * subtiles and "cp.async.bulk.wait_group 0;" in ptx
