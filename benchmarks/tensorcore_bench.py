@@ -52,10 +52,7 @@ WG_TILES = (WGTile(2, 128, 4, 1), WGTile(2, 256, 3, 1), WGTile(2, 256, 4, 1), WG
 # the skinny product on the TMA kernel: one consumer warpgroup, K split into parts summed by a second kernel
 SKINNY_WG = (WGTile(1, 128, 8, 1, 0, ws=2, split_k=2), WGTile(1, 128, 8, 1, 0, ws=2, split_k=4),
              WGTile(1, 128, 8, 1, 0, ws=2, split_k=8), WGTile(1, 64, 12, 1, 0, ws=2, split_k=2),
-             WGTile(1, 256, 5, 1, 0, ws=2, split_k=8),
-             # the parts of K in a cluster, summed through distributed shared memory (one kernel)
-             WGTile(1, 128, 8, 1, 0, ws=2, split_k=2, cluster=2), WGTile(1, 128, 8, 1, 0, ws=2, split_k=4, cluster=4),
-             WGTile(1, 128, 8, 1, 0, ws=2, split_k=8, cluster=8))
+             WGTile(1, 256, 5, 1, 0, ws=2, split_k=8))
 
 
 def _model_matmul(A, B, ref, bound, Ct, parts_tried: tuple[int, ...] = ()) -> dict:

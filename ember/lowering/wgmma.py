@@ -81,11 +81,9 @@ class WGTile:
     #: chunk) or 64 (the 64-byte swizzle; chunks of half the K, so twice the slots in the same
     #: shared memory and a slot refilled sooner: more bytes in flight per multiprocessor)
     row_bytes: int = 128
-    #: > 1 (with ``ws=2``): K is split into this many parts computed by different blocks; for
-    #: products too short to give every multiprocessor a tile (a skinny ``16 x N x K``). In plain
-    #: blocks (``cluster=1``) the parts go to a float32 workspace, summed (with the bias and ReLU) by
-    #: a second kernel; with ``cluster == split_k`` (at most 8) a cluster's blocks take the parts of
-    #: one tile and sum them through distributed shared memory in the same kernel
+    #: > 1 (with ``ws=2``, plain blocks): K is split into this many parts computed by different
+    #: blocks into a float32 workspace, summed (with the bias and ReLU) by a second kernel; for
+    #: products too short to give every multiprocessor a tile (a skinny ``16 x N x K``)
     split_k: int = 1
 
     @property
@@ -112,8 +110,6 @@ class WGTile:
         """Shared memory the staged slots take (plus one atom for aligning the base) and the
         epilogue's staging buffers (plus one atom)."""
         out = self.out_buffers() * self.warpgroups * OUT_SUBTILE_BYTES
-        if self.split_k > 1 and self.cluster == self.split_k:  # the partial sums, float32 per thread and register
-            out = self.warpgroups * 128 * (self.bn // 2) * 4 - ATOM
         return (self.bm + self.bn) * self.row_bytes * self.stages + ATOM + (out + ATOM if out else 0)
 
     def check(self, smem_limit: int) -> str | None:
@@ -125,20 +121,15 @@ class WGTile:
         most = 16 if self.ws == 2 else 8
         if self.inflight not in (0, 1) or not self.inflight + 2 <= self.stages <= most:
             return f"{self.stages} stages with {self.inflight} groups in flight (needs 2 + inflight to {most} stages)"
-        if self.split_k < 1 or (self.split_k > 1 and (self.ws != 2 or self.cluster not in (1, self.split_k))):
-            return (f"split_k={self.split_k} with cluster={self.cluster} (1, or parts of K with the TMA kernel ws=2, "
-                    "in plain blocks or in clusters of split_k blocks)")
-        if self.split_k > 1 and self.cluster == self.split_k and (self.split_k > 8 or self.sms < self.split_k):
-            return f"split_k={self.split_k} in clusters (at most 8 blocks per cluster, and no more than sms={self.sms})"
+        if self.split_k < 1 or (self.split_k > 1 and (self.ws != 2 or self.cluster != 1)):
+            return f"split_k={self.split_k} (1, or parts of K with the TMA kernel ws=2 in plain blocks)"
         if self.row_bytes not in (64, 128) or (self.row_bytes == 64 and self.ws != 2):
             return f"row_bytes={self.row_bytes} (128, or 64 with the TMA kernel ws=2)"
         if self.ws not in (0, 1, 2) or self.sms < 1:
             return f"ws={self.ws}, sms={self.sms} (ws 0, 1 or 2, at least one multiprocessor)"
         if self.ws and self.inflight != 1:
             return "the warp-specialised kernel keeps one wgmma group in flight (inflight=1)"
-        if self.split_k > 1 and self.cluster == self.split_k:
-            pass  # the parts of K in a cluster (checked above)
-        elif self.cluster not in (1, 2) or (self.cluster == 2 and (self.ws != 2 or self.bn < 128 or self.sms < 2)):
+        if self.cluster not in (1, 2) or (self.cluster == 2 and (self.ws != 2 or self.bn < 128 or self.sms < 2)):
             return (f"cluster={self.cluster} (1, or 2 with the TMA kernel ws=2, bn >= 128 and at least two "
                     "multiprocessors)")
         if self.group_m < 0:

@@ -170,57 +170,6 @@ def _tma_store_epilogue(acc: Buffer, C: Buffer, bias: Buffer | None, relu: bool,
     return out_smem, obase, out, S.IfThenElse(leader, _ev("tc.bulk_wait:0"))
 
 
-def _cluster_sum_epilogue(acc: Buffer, red: Buffer, C: Buffer, bias: Buffer | None, relu: bool, t: WGTile,
-                          lane_t: E.PrimExpr, wg: E.PrimExpr, m0: E.PrimExpr, n0: E.PrimExpr, M: int, N: int,
-                          i: E.PrimExpr, rank: E.PrimExpr, ready: E.BufferLoad, free: E.BufferLoad) -> list[S.Stmt]:
-    """The epilogue of split-K in a cluster (``cluster == split_k``): block ``rank`` holds part
-    ``rank`` of K of the tile. Each thread writes its accumulators to shared memory (``red``,
-    register-major: conflict-free), its warpgroup arrives on the ``ready`` barrier of every block of
-    the cluster (release at cluster scope), waits until all blocks' parts are there, then sums the
-    ``P`` parts of its own ``bn / 2 / P`` registers of the tile straight from the blocks' shared
-    memory (``ld.shared::cluster``), adds the bias, applies ReLU, rounds once and stores to C; last it
-    arrives on every block's ``free`` barrier, which the next tile waits for before rewriting
-    ``red``. One kernel and no workspace, where the other split-K writes float32 parts to global
-    memory and sums them in a second kernel."""
-    P = t.split_k
-    regs = t.bn // 2
-    share = regs // P  # registers of the tile each block sums and stores (an even number: pairs)
-    f32 = as_dtype("float32")
-    odt = C.dtype
-    leader = lane_t == 0
-    slot = (wg * regs) * 128 + lane_t
-
-    def to_all(barrier: E.BufferLoad) -> S.Stmt:
-        return S.seq(*[_ev("tc.mbar_arrive_cluster_release", barrier, E.const(q)) for q in range(P)])
-
-    out: list[S.Stmt] = [_ev("tc.mbar_wait_cluster", free, (i + 1) % 2)]  # the previous tile's sums are read
-    out += [S.BufferStore(red, E.BufferLoad(acc, (E.const(r),), f32), (slot + r * 128,)) for r in range(regs)]
-    out += [_ev("tc.named_barrier:128", wg + 1), S.IfThenElse(leader, to_all(ready)),
-            _ev("tc.mbar_wait_cluster", ready, i % 2)]
-    for rr in range(0, share, 2):
-        r = rank * share + rr  # registers r, r + 1: columns col, col + 1 of one row
-        row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
-        col = n0 + 8 * (r // 4) + 2 * (lane_t % 4)
-        vals: list[E.PrimExpr] = []
-        for h in range(2):
-            at = E.BufferLoad(red, (slot + (r + h) * 128,), f32)
-            v: E.PrimExpr = _call("tc.ld_shared_cluster", at, E.const(0), dt="float32")
-            for q in range(1, P):
-                v = v + _call("tc.ld_shared_cluster", at, E.const(q), dt="float32")
-            if bias is not None:
-                b = E.BufferLoad(bias, (E.min_expr(col + h, E.const(N - 1)),), odt)
-                v = v + (b if odt == f32 else E.cast(f32, b))
-            if relu:
-                v = E.max_expr(v, E.const(0.0, "float32"))
-            vals.append(v if odt == f32 else E.cast(odt, v))
-        at_c = row * N + col
-        pair = S.seq(S.BufferStore(C, vals[0], (at_c,)), S.BufferStore(C, vals[1], (at_c + 1,)))
-        first = S.IfThenElse(col < N, S.BufferStore(C, vals[0], (at_c,)))
-        out.append(S.IfThenElse(row < M, S.IfThenElse(col + 1 < N, pair, first)))
-    out += [_ev("tc.named_barrier:128", wg + 1), S.IfThenElse(leader, to_all(free))]
-    return out
-
-
 def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile, b_transposed: bool,
                  name: str, target: str, bias: bool, relu: bool) -> S.PrimFunc:
     """The lowered warp-specialised persistent kernel ``name(A, B[, bias], C)`` (module doc) for
@@ -245,17 +194,15 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     a_elems, b_elems = bm * BK, bn * BK
     slot = a_elems + b_elems
     smem = Buffer("wg_smem", idt, (E.const(slot * stages + ATOM // esz),), (), "shared")
-    bars = Buffer("wg_bars", as_dtype("uint64"), (E.const(2 * stages + 2),), (), "shared")
+    bars = Buffer("wg_bars", as_dtype("uint64"), (E.const(2 * stages),), (), "shared")
     acc = Buffer("wg_acc", as_dtype("float32"), (E.const(bn // 2),), (), "local")
     nk = -(-K // BK)
     mt, nt = -(-M // bm), -(-N // bn)
     cl = t.cluster
+    rows = -(-mt // cl)  # rows of units: a unit is the cl vertically adjacent tiles a cluster computes
     P = t.split_k  # WGTile.check (called by wgmma_gemm_func) allows clusters and split-K with TMA only
-    csk = P > 1 and cl == P  # a cluster's blocks take the parts of K of one tile, summed through DSMEM
-    mc = 1 if csk else cl  # blocks of a cluster computing vertically adjacent tiles that share B (multicast)
-    rows = -(-mt // mc)  # rows of units: a unit is the mc vertically adjacent tiles a cluster computes
     cpp = -(-nk // P)  # chunks per part of K (the last part's tail past K is loaded as zeros)
-    units = rows * nt * (1 if csk else P)
+    units = rows * nt * P
     groups = max(1, min(units, t.sms // cl))  # persistent clusters (plain blocks when cl == 1)
     grid = groups * cl
 
@@ -263,12 +210,8 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     i, kc = E.Var("ti", INT32), E.Var("kc", INT32)
     base = E.Var("wg_base", INT32)
     cid, rank = (blk // cl, blk % cl) if cl > 1 else (blk, E.const(0))
-    gm = max(1, t.group_m // mc) if t.group_m else 0
-    if csk:  # the cluster walks the tiles; its block of rank r computes part r of K
-        by, bx, _ = tile_of_block(cid, 0, i, groups, rows, nt, gm, 1, E.min_expr)
-        part = rank
-    else:
-        by, bx, part = tile_of_block(cid, rank, i, groups, rows, nt, gm, cl, E.min_expr, P)
+    gm = max(1, t.group_m // cl) if t.group_m else 0
+    by, bx, part = tile_of_block(cid, rank, i, groups, rows, nt, gm, cl, E.min_expr, P)
     m0, n0 = by * bm, bx * bn
     it = i * cpp + kc
     slot_of, phase_of = it % stages, (it // stages) % 2
@@ -294,10 +237,10 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
             return _ev(op, smem_ref(dst), E.BufferLoad(m, (E.const(0),), u8), c0, c1, full(slot_of))
 
         loads = [box(map_a, k0, m0, s0)]
-        if mc == 2 and b_transposed:  # this block's half of the B rows, into both blocks
+        if cl == 2 and b_transposed:  # this block's half of the B rows, into both blocks
             half = rank * (bn // 2)
             loads.append(box(map_b, k0, n0 + half, s0 + a_elems + half * BK, True))
-        elif mc == 2:  # this block's half of the BK-column boxes, into both blocks
+        elif cl == 2:  # this block's half of the BK-column boxes, into both blocks
             per_rank = bn // BK // 2
             for j in range(per_rank):
                 nb = rank * per_rank + j
@@ -346,7 +289,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     prev = (it + (stages - 1)) % stages  # slot of chunk it - 1
 
     def release(s: E.PrimExpr) -> S.Stmt:  # this warpgroup is done with slot s (in both blocks of a cluster)
-        if mc == 1:
+        if cl == 1:
             return _ev("tc.mbar_arrive", empty(s))
         return S.seq(_ev("tc.mbar_arrive", empty(s)), _ev("tc.mbar_arrive_cluster", empty(s), 1 - rank))
 
@@ -354,8 +297,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
             S.IfThenElse(E.logical_and(kc > 0, lane_t == 0), release(prev))]
     last = (i * cpp + (cpp - 1)) % stages
     # with split-K the parts go to a float32 workspace [P, M, N]; the bias and ReLU wait for the sum
-    parts = Buffer("wg_parts", as_dtype("float32"), (E.const(P * M * N),), (), "global") if P > 1 and not csk \
-        else None
+    parts = Buffer("wg_parts", as_dtype("float32"), (E.const(P * M * N),), (), "global") if P > 1 else None
     dest, dest_t = (parts, acc.dtype) if parts is not None else (C, odt)
     base_idx = part * (M * N) if parts is not None else E.const(0)
     bias_here = bias_buf if parts is None else None
@@ -383,7 +325,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         first = S.IfThenElse(col < N, S.BufferStore(dest, vone, (at,)))
         epi.append(S.IfThenElse(row < M, S.IfThenElse(col + 1 < N, both, first)))
         inner.append(both)
-    if M % bm or N % bn or mt % mc:  # edge tiles (or a cluster's tile row past M) exist: check only there
+    if M % bm or N % bn or mt % cl:  # edge tiles (or a cluster's tile row past M) exist: check only there
         epi = [S.IfThenElse(E.logical_and(m0 + bm <= M, n0 + bn <= N), S.seq(*inner), S.seq(*epi))]
     else:
         epi = inner
@@ -394,11 +336,6 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     if tma and parts is None and (N * oesz) % 16 == 0 and t.out_buffers():
         out_smem, obase, store_epi, drain = _tma_store_epilogue(acc, C, bias_buf, relu, t, lane_t, wg, m0, n0, N)
         epi = store_epi
-    red = None
-    if csk:
-        red = Buffer("wg_red", as_dtype("float32"), (E.const(consumers * (bn // 2) * 128),), (), "shared")
-        epi = _cluster_sum_epilogue(acc, red, C, bias_buf, relu, t, lane_t, wg, m0, n0, M, N, i, rank,
-                                    bar(2 * stages), bar(2 * stages + 1))
     consumer_tile = S.seq(
         *zero,
         S.For(kc, E.const(0), E.const(cpp), S.ForKind.SERIAL, S.seq(*mma), "", ()),
@@ -411,14 +348,10 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         out_addr = _call("tc.shared_addr", E.BufferLoad(out_smem, (E.const(0),), odt))
         consumer = S.LetStmt(obase, ((ATOM - out_addr % ATOM) % ATOM) // oesz, S.seq(consumer, drain))
         consumer = S.Allocate(out_smem, consumer)
-    if red is not None:
-        consumer = S.Allocate(red, consumer)
     consumer = S.Allocate(acc, consumer)
 
     init = [_ev(f"tc.mbar_init:{1 if tma else PRODUCER}", full(s)) for s in range(stages)]
-    init += [_ev(f"tc.mbar_init:{consumers * mc}", empty(s)) for s in range(stages)]
-    if csk:  # the partial sums written / read, by every consumer warpgroup of the cluster
-        init += [_ev(f"tc.mbar_init:{consumers * P}", bar(2 * stages + j)) for j in range(2)]
+    init += [_ev(f"tc.mbar_init:{consumers * cl}", empty(s)) for s in range(stages)]
     sync = _ev("tc.cluster_sync") if cl > 1 else _ev("gpu.barrier")
     # the producer gives registers back to the consumers' accumulators and epilogue (as CUTLASS does)
     regs = consumer_regs(consumers) if tma else None  # (cp.async producers need their registers for addresses)
@@ -449,7 +382,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     if tma:  # the host encodes both maps from A's and B's addresses at each call (cached by address)
         pitch = E.const(K * esz)
         if b_transposed:
-            spec_b = TensorMapSpec(B, idt_name, E.const(N), E.const(K), pitch, BK, bn // mc, rb)
+            spec_b = TensorMapSpec(B, idt_name, E.const(N), E.const(K), pitch, BK, bn // cl, rb)
         else:
             spec_b = TensorMapSpec(B, idt_name, E.const(K), E.const(N), E.const(N * esz), BK, BK, rb)
         kernel = with_tensor_map(map_b, spec_b, kernel)

@@ -138,27 +138,15 @@ def test_wgmma_tf32_tma(hopper, tmp_path, M, N, K, cluster, rb):
                                                        (16, 4096, 4096, True, 4, "float32"),
                                                        (100, 264, 1000, True, 4, "float16"),
                                                        (17, 24, 40, False, 2, "float32")])
-@pytest.mark.parametrize("in_cluster", [False, True])
-def test_wgmma_split_k(hopper, tmp_path, M, N, K, b_t, parts, out_dtype, in_cluster):
-    """Split-K (the skinny default): parts of K in float32 summed by a second kernel, or by the
-    blocks of a cluster through distributed shared memory, at sizes no tile divides; with K of
-    one chunk the second part is all zeros past K."""
-    tile = WGTile(1, 128, 8, 1, 0, ws=2, sms=132, split_k=parts, cluster=parts if in_cluster else 1)
-    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, tile, out_dtype=out_dtype)
-
-
-def test_wgmma_split_k_clusters_walk_tiles(hopper, tmp_path):
-    """Split-K in clusters with fewer clusters than tiles (sms=8: two clusters of 4 walk 10 tiles),
-    so the partial-sum buffers and their barriers are reused from tile to tile; two consumer
-    warpgroups."""
-    _run(hopper, tmp_path, 200, 600, 1000, "float16", False, WGTile(2, 128, 4, 1, 0, ws=2, sms=8, split_k=4, cluster=4),
-         out_dtype="float32")
+def test_wgmma_split_k(hopper, tmp_path, M, N, K, b_t, parts, out_dtype):
+    """Split-K (the skinny default): parts of K in float32 summed by a second kernel, at sizes no
+    tile divides; with K of one chunk the second part is all zeros past K."""
+    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, WGTile(1, 128, 8, 1, 0, ws=2, sms=132, split_k=parts),
+         out_dtype=out_dtype)
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "float16"])
-@pytest.mark.parametrize("tile", [WGTile(2, 128, 4, 1, 2), WGTile(1, 128, 8, 1, 0, ws=2, split_k=3),
-                                  WGTile(1, 128, 8, 1, 0, ws=2, split_k=3, cluster=3),
-                                  WGTile(2, 256, 4, 1, 16, ws=2, cluster=2)])
+@pytest.mark.parametrize("tile", [WGTile(2, 128, 4, 1, 2), WGTile(1, 128, 8, 1, 0, ws=2, split_k=3)])
 def test_wgmma_bias_relu(hopper, tmp_path, out_dtype, tile):
     """The fused epilogue: relu(A @ B + bias) rounded once to C's type."""
     M, N, K = 301, 200, 136

@@ -195,7 +195,7 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             b.call(asm, [dst, src, self._int_cast(self.expr(size), I32)])
             return ir.Constant(I32, 0)
         if e.op.startswith(("tc.wgmma", "tc.fence_proxy_async", "tc.shared_addr", "tc.mbar", "tc.cp_async_mbar",
-                            "tc.tma", "tc.cluster", "tc.bulk_", "tc.named_barrier", "tc.setmaxnreg", "tc.ld_shared_cluster")):
+                            "tc.tma", "tc.cluster", "tc.bulk_", "tc.named_barrier", "tc.setmaxnreg")):
             return self._hopper_call(e)
         if e.op == "tc.cp_async_commit":
             b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}",
@@ -227,11 +227,6 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         barrier at the same offset in that block of the cluster; the default release at CTA scope, as
         the data it guards was read by this block's tensor cores, not written) and
         ``tc.tma_prefetch`` (a tensor map: its descriptor is fetched ahead of the first copy),
-        ``tc.mbar_arrive_cluster_release`` (as ``tc.mbar_arrive_cluster``, after a cluster-scope
-        fence, with release at cluster scope: the block's shared writes are visible to whoever
-        acquires the barrier), ``tc.mbar_wait_cluster`` (``tc.mbar_wait`` with acquire at cluster
-        scope), ``tc.ld_shared_cluster`` (float32 element, block rank: the float at the same offset
-        in that block's shared memory),
         ``tc.tma_load_2d_mc:<mask>`` (a TMA load multicast to the cluster's blocks in ``mask``:
         the data and the barrier's completed bytes land at the same offsets in each); the epilogue's
         ``tc.tma_store_2d`` (shared source, tensor map, column, row: a TMA store of one box, in the
@@ -268,7 +263,7 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             return self._void_asm("fence.mbarrier_init.release.cluster;")
         if e.op == "tc.cluster_sync":
             return self._void_asm("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;")
-        if e.op.startswith(("tc.mbar", "tc.cp_async_mbar", "tc.tma", "tc.ld_shared_cluster")):
+        if e.op.startswith(("tc.mbar", "tc.cp_async_mbar", "tc.tma")):
             return self._mbarrier_call(e)
         if e.op.startswith(("tc.setmaxnreg_inc:", "tc.setmaxnreg_dec:")):
             head, n = e.op.split(":")
@@ -342,19 +337,6 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             text = ("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, $0, $1; "
                     "mbarrier.arrive.shared::cluster.b64 _, [ra]; }")
             args = [addr, self._int_cast(self.expr(e.args[1]), I32)]
-        elif e.op == "tc.mbar_arrive_cluster_release":  # (barrier, rank): after this block's writes, at cluster scope
-            text = ("{ .reg .b32 ra; fence.acq_rel.cluster; mapa.shared::cluster.u32 ra, $0, $1; "
-                    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }")
-            args = [addr, self._int_cast(self.expr(e.args[1]), I32)]
-        elif e.op == "tc.mbar_wait_cluster":  # (barrier, parity): acquire at cluster scope (peers' writes)
-            text = ("{ .reg .pred done; WAIT: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [$0], $1; "
-                    "@!done bra WAIT; }")
-            args = [addr, self._int_cast(self.expr(e.args[1]), I32)]
-        elif e.op == "tc.ld_shared_cluster":  # (float32 element, rank): that element in that block's shared memory
-            fty = ir.FunctionType(F32, [I32, I32])
-            text = "{ .reg .b32 ra; mapa.shared::cluster.u32 ra, $1, $2; ld.shared::cluster.f32 $0, [ra]; }"
-            return b.call(ir.InlineAsm(fty, text, "=f,r,r,~{memory}", side_effect=True),
-                          [addr, self._int_cast(self.expr(e.args[1]), I32)])
         elif e.op == "tc.mbar_arrive":
             text, args = "mbarrier.arrive.shared::cta.b64 _, [$0];", [addr]
         elif e.op == "tc.cp_async_mbar_arrive":
