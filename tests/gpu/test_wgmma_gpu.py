@@ -146,7 +146,8 @@ def test_wgmma_split_k(hopper, tmp_path, M, N, K, b_t, parts, out_dtype):
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "float16"])
-@pytest.mark.parametrize("tile", [WGTile(2, 128, 4, 1, 2), WGTile(1, 128, 8, 1, 0, ws=2, split_k=3)])
+@pytest.mark.parametrize("tile", [WGTile(2, 128, 4, 1, 2), WGTile(1, 128, 8, 1, 0, ws=2, split_k=3),
+                                  WGTile(2, 256, 4, 1, 16, ws=2, cluster=2)])
 def test_wgmma_bias_relu(hopper, tmp_path, out_dtype, tile):
     """The fused epilogue: relu(A @ B + bias) rounded once to C's type."""
     M, N, K = 301, 200, 136
