@@ -212,3 +212,41 @@ def test_get_binary_and_sources(cuda_dev, tmp_path):
     dm = f.imported_modules[0]
     assert "ptx_kernel" in dm.get_source("llvm") and ".entry vadd_s_kernel0" in dm.get_source("ptx")
     assert dm.get_binary()[:4] in (b"\x7fELF", b"//\n/", b"//\r\n") or dm.get_binary().startswith(b"//")
+
+
+def _reverse_chain():
+    """Two kernels in one function: ``B = A * 2 + 1``, then ``C[i] = B[n - 1 - i] - A[i]`` (the
+    second reads the first's output in reverse, so it sees stale data if it starts early)."""
+    from ember import te
+
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0 + 1.0, name="B")
+    C = te.compute((n,), lambda i: B[n - 1 - i] - A[i], name="C")
+    s = te.create_schedule(C.op)
+    for t in (B, C):
+        xo, xi = s[t].split(t.op.axis[0], factor=256)
+        s[t].bind(xo, te.thread_axis("blockIdx.x"))
+        s[t].bind(xi, te.thread_axis("threadIdx.x"))
+    return s, [A, C]
+
+
+def test_dependent_launches_wait_for_their_predecessor(cuda_dev, tmp_path):
+    """On sm_90 and newer every kernel is a programmatic dependent launch (it starts with
+    ``griddepcontrol.wait``): kernels of one function and of functions called back to back, with
+    no synchronisation between them, each see the whole output of the kernel before them."""
+    s, args = _reverse_chain()
+    f = ember.build(s, args, target=TARGET, name="chain", cache_dir=tmp_path)
+    hopper = int("".join(c for c in cuda_dev.attributes["arch"][3:] if c.isdigit())) >= 90
+    plan = f["chain"].plan
+    assert all(bool(k.get("pdl")) == hopper for k in plan["kernels"]) and len(plan["kernels"]) == 2
+    n = 1 << 22  # 16 MiB per array: the first kernel of each call is still running when the second is launched
+    for _ in range(3):
+        a = rng.standard_normal(n).astype("float32")
+        x = [ember.nd.array(a, cuda_dev)] + [ember.nd.array(np.full(n, np.nan, "float32"), cuda_dev) for _ in range(4)]
+        for j in range(4):
+            f(x[j], x[j + 1])  # each call reads the previous call's output
+        want = a.astype(np.float64)
+        for _ in range(4):
+            want = (want * 2.0 + 1.0)[::-1] - want
+        np.testing.assert_allclose(x[4].numpy(), want, rtol=1e-5, atol=1e-3)
