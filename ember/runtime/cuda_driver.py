@@ -555,39 +555,13 @@ def get_function(module: Any, name: str) -> Any:
     return f
 
 
-#: ``CUlaunchAttributeID`` of programmatic dependent launch (cuda.h, CUDA 12)
-CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
-
-
-class _LaunchAttribute(ctypes.Structure):
-    """``CUlaunchAttribute``: an id, padding to 8 bytes, a 64-byte value union."""
-
-    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
-
-
-class _LaunchConfig(ctypes.Structure):
-    """``CUlaunchConfig`` of ``cuLaunchKernelEx``."""
-
-    _fields_ = [("grid_x", ctypes.c_uint), ("grid_y", ctypes.c_uint), ("grid_z", ctypes.c_uint),
-                ("block_x", ctypes.c_uint), ("block_y", ctypes.c_uint), ("block_z", ctypes.c_uint),
-                ("shared", ctypes.c_uint), ("stream", c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)),
-                ("num_attrs", ctypes.c_uint)]
-
-
 class Launcher:
     """Launches one kernel: argument storage prepared once, filled per call.
 
     ``dynamic_shared`` is the bytes of dynamic shared memory the kernel uses (kernels over 48 KiB
-    of shared memory keep all of it there; the limit is raised once here). ``dependent``: the
-    kernel starts with ``griddepcontrol.launch_dependents; griddepcontrol.wait`` (sm_90 and newer,
-    :meth:`ember.backends.cuda.codegen.CodeGenNVPTX.kernel_prologue`), so it is launched as a
-    programmatic dependent launch (``cuLaunchKernelEx``): the driver may start its blocks while
-    the kernel before it in the stream finishes, and they wait there until that kernel's memory
-    operations are visible; the launch gap between them shrinks. Drivers without
-    ``cuLaunchKernelEx`` launch it plainly (the wait then returns at once)."""
+    of shared memory keep all of it there; the limit is raised once here)."""
 
-    def __init__(self, func: Any, param_types: list[str], dynamic_shared: int, block: list[int], index: int,
-                 dependent: bool = False):
+    def __init__(self, func: Any, param_types: list[str], dynamic_shared: int, block: list[int], index: int):
         self.func = func
         self.index = index
         self.block = tuple(block)
@@ -599,14 +573,6 @@ class Launcher:
         self.params = (c_void_p * max(1, len(self.slots)))(*[ctypes.addressof(s) for s in self.slots])
         self._lib = activate(index)
         self._launch = self._lib.cuLaunchKernel
-        self._ex = getattr(self._lib, "cuLaunchKernelEx", None) if dependent else None
-        if self._ex is not None:
-            self._attr = _LaunchAttribute(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
-            ctypes.memmove(ctypes.addressof(self._attr) + _LaunchAttribute.value.offset,
-                           ctypes.byref(ctypes.c_int(1)), 4)  # programmaticStreamSerializationAllowed = 1
-            self._config = _LaunchConfig(1, 1, 1, *self.block, self.shared, None, ctypes.pointer(self._attr), 1)
-            self._ex.argtypes = [ctypes.POINTER(_LaunchConfig), c_void_p, c_void_p, c_void_p]
-            self._config_ref = ctypes.byref(self._config)
         # The slots are shared by every thread that launches this kernel: filling them and
         # launching (which copies them) is one critical section.
         self._fill_lock = threading.Lock()
@@ -622,12 +588,7 @@ class Launcher:
         with self._fill_lock:
             for slot, v in zip(self.slots, values):
                 slot.value = v
-            if self._ex is not None:
-                cfg = self._config
-                cfg.grid_x, cfg.grid_y, cfg.grid_z, cfg.stream = grid[0], grid[1], grid[2], stream
-                rc = self._ex(self._config_ref, self.func, self.params, None)
-            else:
-                rc = self._launch(self.func, grid[0], grid[1], grid[2], b[0], b[1], b[2], self.shared, stream,
-                                  self.params, None)
+            rc = self._launch(self.func, grid[0], grid[1], grid[2], b[0], b[1], b[2], self.shared, stream,
+                              self.params, None)
         if rc != 0:
             raise DeviceError(f"launching a kernel with grid {grid} and block {b} failed: {_error_name(self._lib, rc)}")

@@ -5,7 +5,6 @@ descriptor and the AMDGPU metadata note; launch plans, limits and errors are che
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -323,22 +322,3 @@ def test_ptx_driver_free_check_of_lld_path_order(tmp_path, monkeypatch):
     finally:
         amdgpu.find_lld.cache_clear()
     assert subprocess.run([*shlex.split(os.environ["EMBER_LLD"]), "--version"], capture_output=True).returncode == 0
-
-
-def test_dependent_launch_on_sm90_only(tmp_path):
-    """sm_90 kernels start with ``griddepcontrol.launch_dependents; griddepcontrol.wait`` and are
-    marked ``pdl`` in the plan (launched with ``cuLaunchKernelEx``); sm_80 kernels are not; a plan
-    whose ``pdl`` is not a bool is refused."""
-    from ember.backends.gpu.plan_check import check_gpu_meta
-    from ember.errors import ModelFormatError
-
-    s, args, _ = K.vector_add()
-    for arch, want in (("sm_90", True), ("sm_80", False)):
-        f = ember.build(s, args, target=f"cuda -arch={arch}", name="vadd", cache_dir=tmp_path)
-        ptx = f.imported_modules[0].get_source("ptx")
-        assert ("griddepcontrol.launch_dependents; griddepcontrol.wait;" in ptx) == want
-        meta = json.loads(f.parts["module.json"])
-        assert [k.get("pdl", False) for p in meta["plans"] for k in p["kernels"]] == [want]
-    meta["plans"][0]["kernels"][0]["pdl"] = "yes"
-    with pytest.raises(ModelFormatError, match="pdl is 'yes', not a bool"):
-        check_gpu_meta(meta, "cuda", meta["format"])

@@ -117,20 +117,6 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             attrs["nvvm.cluster_dim"] = ",".join(str(d) for d in k.cluster)
         return attrs
 
-    def kernel_prologue(self, k: Any) -> None:
-        """On sm_90 and newer every kernel starts with ``griddepcontrol.launch_dependents`` (the
-        kernel after it in the stream may be launched as soon as all of this kernel's blocks have
-        started) and ``griddepcontrol.wait`` (this kernel reads and writes nothing before the
-        kernel before it has finished and its memory operations are visible): programmatic
-        dependent launch (PTX ISA 7.8, "griddepcontrol"), which hides most of the launch gap
-        between consecutive kernels, in streams and in CUDA graphs captured from them. A kernel
-        not launched that way (a driver without ``cuLaunchKernelEx``) passes the wait at once."""
-        digits = "".join(c for c in self.target.mcpu[3:] if c.isdigit())
-        if not self.target.mcpu.startswith("sm_") or not digits or int(digits) < 90:
-            return
-        self._void_asm("griddepcontrol.launch_dependents; griddepcontrol.wait;")
-        self.dependent_launch.add(k.func.name)
-
     def read_index(self, tag: str) -> ir.Value:
         kind, axis = tag.split(".")
         reg = {"threadIdx": "tid", "blockIdx": "ctaid"}[kind]

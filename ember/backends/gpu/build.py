@@ -26,14 +26,12 @@ _PARAM_TYPE = {("int", 32): "i32", ("int", 64): "i64", ("uint", 32): "u32", ("ui
                ("int", 8): "i8", ("uint", 8): "u8"}
 
 
-def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict[str, int],
-              dependent: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict[str, int]) -> dict[str, Any]:
     """The host plan in the JSON form the runtime reads: kernels (name, grid as expression
     trees over the signature's sizes, block, shared memory, parameter types, arguments), steps
     and workspaces (byte counts as expression trees; see :mod:`ember.runtime.size_expr`; a
     workspace that is a TMA tensor map also has ``tensor_map``: the argument index, dtype, rows,
-    columns and row pitch as trees, the box; a kernel named in ``dependent`` has ``pdl``: it waits
-    for the kernel before it itself, so it may be launched as a programmatic dependent launch).
+    columns and row pitch as trees, the box).
     Raises CodegenError when a launch size is not an integer expression of the sizes."""
     func = plan.func
     bufs = [p for p in func.params if isinstance(p, Buffer)]
@@ -72,7 +70,6 @@ def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict
             "name": k.name, "grid": [_tree(g, scal_index, k.name) for g in k.grid], "block": list(k.block),
             "shared_bytes": k.shared_bytes, "dynamic_shared": dynamic.get(k.name, 0), "param_types": ptypes,
             "args": args, "aligned_args": aligned, **({"cluster": list(k.cluster)} if k.cluster != (1, 1, 1) else {}),
-            **({"pdl": True} if k.name in dependent else {}),
         })
     ws = []
     for b in workspaces:
@@ -120,7 +117,7 @@ def compile_parts(funcs: list[PrimFunc], tgt: Target, compiler: Any) -> dict[str
             verify(k.func)  # ill-typed loop IR raises CodegenError before LLVM sees it
             cg.add_kernel(k)
     compiled = compiler.compile(cg)
-    plans_js = [plan_json(p, cg.vector_params, cg.dynamic_shared, cg.dependent_launch) for p in plans]
+    plans_js = [plan_json(p, cg.vector_params, cg.dynamic_shared) for p in plans]
     extra = dict(compiled.get("extra", {}))
     ptx = extra.pop("ptx", None)
     meta = {

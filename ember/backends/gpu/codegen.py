@@ -53,8 +53,6 @@ class CodeGenGPU(CodeGenLLVM):
         self._hw_index: dict[str, ir.Value] = {}
         #: per kernel: bytes of dynamic shared memory (0 when its shared memory is static)
         self.dynamic_shared: dict[str, int] = {}
-        #: kernels that start by waiting for their stream predecessor's grid (programmatic dependent launch)
-        self.dependent_launch: set[str] = set()
         self._dyn_base: ir.Value | None = None
         self._dyn_off = 0
 
@@ -100,7 +98,6 @@ class CodeGenGPU(CodeGenLLVM):
             gv.align = 16
             gv.type = ir.PointerType(addrspace=self.shared_addrspace)
             self._dyn_base = gv
-        self.kernel_prologue(k)
         self.emit(func.body)
         if not self.builder.block.is_terminated:
             self.builder.ret_void()
@@ -113,10 +110,6 @@ class CodeGenGPU(CodeGenLLVM):
     def kernel_attributes(self, k: Kernel) -> dict[str, str]:
         """String function attributes of kernel ``k`` (launch bounds)."""
         return {}
-
-    def kernel_prologue(self, k: Kernel) -> None:
-        """Emit what kernel ``k`` runs before its body (target specific; nothing here). A kernel
-        whose prologue waits for the kernel before it is named in :attr:`dependent_launch`."""
 
     # -- thread indices -------------------------------------------------------------------------------
     def read_index(self, tag: str) -> ir.Value:

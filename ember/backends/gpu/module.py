@@ -261,8 +261,7 @@ class GPUFunction(Function):
         if ls is None:
             funcs = self._dm.functions_on(index)
             drv = Device(self._kind, index).driver()
-            ls = [drv.Launcher(funcs[k["name"]], k["param_types"], k.get("dynamic_shared", 0), k["block"], index,
-                               **({"dependent": True} if k.get("pdl") else {}))
+            ls = [drv.Launcher(funcs[k["name"]], k["param_types"], k.get("dynamic_shared", 0), k["block"], index)
                   for k in self._kernels]
             self._launchers[index] = ls
         return ls

@@ -79,8 +79,7 @@ def check_plan(plan: Any, sig: dict[str, Any]) -> list[str]:
     """Raise ModelFormatError unless ``plan`` is the launch plan of the function ``sig``
     describes (already checked); returns its kernel names. Every kernel: an identifier
     ``name``; ``grid`` three expression trees over the signature's sizes; ``block`` three ints
-    in 1..1024 with product <= 1024; an optional ``cluster`` of three ints with product <= 8; an
-    optional ``pdl`` bool (the kernel is launched as a programmatic dependent launch)
+    in 1..1024 with product <= 1024; an optional ``cluster`` of three ints with product <= 8
     (the cubin itself carries it); ``shared_bytes`` and ``dynamic_shared`` ints in 0..256 KiB;
     ``param_types`` from :data:`PARAM_TYPES`, one per argument, ``ptr`` exactly for buffers;
     ``args`` ``[src, index]`` with src ``arg`` (a buffer parameter), ``ws`` (a workspace) or
@@ -140,8 +139,6 @@ def _check_kernel(k: Any, where: str, nbuf: int, nws: int, nsizes: int) -> str:
     if (not isinstance(cluster, list) or len(cluster) != 3 or not all(_int_in(c, 1, 8) for c in cluster)
             or cluster[0] * cluster[1] * cluster[2] > 8):
         raise ModelFormatError(f"{where}: the cluster {cluster!r} is not three ints of at most 8 blocks in all")
-    if not isinstance(k.get("pdl", False), bool):
-        raise ModelFormatError(f"{where}: pdl is {k.get('pdl')!r}, not a bool")
     for key in ("shared_bytes", "dynamic_shared"):
         if not _int_in(k.get(key), 0, MAX_SHARED_BYTES):
             raise ModelFormatError(f"{where}: {key} is {k.get(key)!r}, not an int in 0..{MAX_SHARED_BYTES}")
