@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from common import median_ms, model_directory, torch_without_tf32  # noqa: E402
+from common import machine, median_ms, model_directory, torch_without_tf32  # noqa: E402
 from tensorcore_models import _cases  # noqa: E402
 
 import ember  # noqa: E402
@@ -69,7 +69,8 @@ def main() -> int:
     torch = torch_without_tf32()
     directory = model_directory(args.models, "ember-prof-models-")
     dev = ember.cuda(0)
-    out: dict[str, Any] = {"device": dev.attributes["device_name"], "torch": torch.__version__, "results": {}}
+    out: dict[str, Any] = {"device": dev.attributes["device_name"], "torch": torch.__version__, "host": machine(),
+                           "results": {}}
     for name, net, feeds, path in _cases(directory, quick=False, with_fp32=args.fp32):
         if args.only and name not in args.only:
             continue
