@@ -279,22 +279,12 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     # (BK x BK elements) apart, 8-row groups of K 8 * rb bytes apart
     kmajor = f"tc.wgmma_desc:16:{8 * rb}:{sw_code}"
     nmajor = f"tc.wgmma_desc:{BK * BK * esz}:{8 * rb}:{sw_code}"
-    # The descriptors of slot 0 are made once per thread; a chunk's are those plus its slot's byte
-    # offset >> 4 (the start-address field, bits 0-13: shared addresses stay below 2^18, so the sum
-    # never carries out of it), as CUTLASS's descriptor iterators do: two adds per instruction
-    # instead of rebuilding each descriptor from the slot's address.
-    u64 = as_dtype("uint64")
-    step = E.cast(u64, slot_of * (slot * esz // 16))
-    desc0: list[tuple[E.Var, E.PrimExpr]] = []
     for kk in range(BK // kstep):
-        a0 = _call(kmajor, smem_ref(wg * 64 * BK + kk * kstep), dt="uint64")
+        da = _call(kmajor, smem_ref(s0 + wg * 64 * BK + kk * kstep), dt="uint64")
         if b_transposed:
-            b0 = _call(kmajor, smem_ref(a_elems + kk * kstep), dt="uint64")
+            db = _call(kmajor, smem_ref(s0 + a_elems + kk * kstep), dt="uint64")
         else:
-            b0 = _call(nmajor, smem_ref(a_elems + kk * kstep * BK), dt="uint64")
-        va, vb = E.Var(f"wg_da{kk}", u64), E.Var(f"wg_db{kk}", u64)
-        desc0 += [(va, a0), (vb, b0)]
-        da, db = va + step, vb + step
+            db = _call(nmajor, smem_ref(s0 + a_elems + kk * kstep * BK), dt="uint64")
         mma.append(_ev(f"tc.wgmma:{instr}", E.BufferLoad(acc, (E.const(0),), acc.dtype), da, db))
     prev = (it + (stages - 1)) % stages  # slot of chunk it - 1
 
@@ -354,8 +344,6 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         *epi,
     )
     consumer: S.Stmt = S.For(i, E.const(0), my_tiles, S.ForKind.SERIAL, consumer_tile, "", ())
-    for var, value in reversed(desc0):
-        consumer = S.LetStmt(var, value, consumer)
     if out_smem is not None:  # the last stores have read their staging buffers before the block ends
         out_addr = _call("tc.shared_addr", E.BufferLoad(out_smem, (E.const(0),), odt))
         consumer = S.LetStmt(obase, ((ATOM - out_addr % ATOM) % ATOM) // oesz, S.seq(consumer, drain))
