@@ -28,7 +28,16 @@ splits the roles, the way CUTLASS's warp-specialised Hopper kernels do:
   walks the same tiles, so both issue the same number of chunks; a tile row past ``M`` (odd
   tile rows) is loaded as zeros by TMA and not stored.
 
-No block barrier is executed after the ``mbarrier`` set-up. The phase bookkeeping: chunk ``it``
+* the epilogue of the TMA kernel (without split-K) goes through shared memory: per 64-row x
+  128-byte sub-tile each consumer thread writes its column pairs into a swizzled staging buffer,
+  and one thread of the warpgroup stores the sub-tile with TMA (C's tensor map clips it at the
+  edges) while the warpgroup goes on to the next (:func:`_tma_store_epilogue`); the other kernels
+  store column pairs from registers (:func:`_register_store_epilogue`);
+* with two consumer warpgroups the producer gives registers back (``setmaxnreg.dec`` to 40) and the
+  consumers take them (``setmaxnreg.inc`` to 232), as CUTLASS's warp-specialised kernels do.
+
+No block barrier is executed after the ``mbarrier`` set-up (the epilogue's ``bar.sync`` are
+warpgroup barriers, ids 1 and 2). The phase bookkeeping: chunk ``it``
 (counted over the block's whole run) uses slot ``it % stages`` in phase ``(it / stages) % 2``;
 consumers wait for that parity on ``full``, the producer for the opposite parity on ``empty``
 (a fresh barrier counts the phase before its first as complete, so the first round passes).
@@ -113,6 +122,47 @@ def sum_parts_kernel(parts: Buffer, P: int, M: int, N: int, C: Buffer, bias: Buf
     body = S.IfThenElse(idx < total, S.BufferStore(C, value, (idx,)))
     body = S.For(st, E.const(0), E.const(threads), S.ForKind.THREAD_BINDING, body, "threadIdx.x")
     return S.For(sb, E.const(0), E.const(-(-total // threads)), S.ForKind.THREAD_BINDING, body, "blockIdx.x")
+
+
+def _register_store_epilogue(acc: Buffer, C: Buffer, parts: Buffer | None, part: E.PrimExpr, bias: Buffer | None,
+                             relu: bool, lane_t: E.PrimExpr, wg: E.PrimExpr, m0: E.PrimExpr, n0: E.PrimExpr,
+                             size: tuple[int, int], tile: tuple[int, int], edge: bool) -> list[S.Stmt]:
+    """The epilogue that stores a consumer warpgroup's accumulators from registers, a column pair
+    per store (registers ``r, r + 1`` of the ``m64nN`` fragment): into ``C`` with the bias, ReLU and
+    rounding, or, with split-K (``parts``), as float32 into part ``part`` of the ``[P, M, N]``
+    workspace (the bias and ReLU wait for the sum). With ``edge`` (some tile crosses C's edge) the
+    stores are checked against ``M x N`` on the tiles that cross it and unchecked on the others."""
+    (M, N), (bm, bn) = size, tile
+    odt = C.dtype
+    dest, dest_t = (parts, acc.dtype) if parts is not None else (C, odt)
+    bias_here = bias if parts is None else None
+    f32x2 = as_dtype("float32").with_lanes(2)
+    idx2 = INT32.with_lanes(2)
+    checked: list[S.Stmt] = []
+    unchecked: list[S.Stmt] = []
+    for r in range(0, bn // 2, 2):  # registers r, r + 1 hold columns col, col + 1 of one row: one paired store
+        row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
+        col = n0 + 8 * (r // 4) + 2 * (lane_t % 4)
+        pair: E.PrimExpr = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, idx2),), f32x2)
+        one: E.PrimExpr = E.BufferLoad(acc, (E.const(r),), acc.dtype)
+        if bias_here is not None:
+            bpair = E.BufferLoad(bias_here, (E.Ramp(col, E.const(1), 2, idx2),), odt.with_lanes(2))
+            pair = pair + (bpair if odt == acc.dtype else E.cast(f32x2, bpair))
+            bone = E.BufferLoad(bias_here, (col,), odt)
+            one = one + (bone if odt == acc.dtype else E.cast(acc.dtype, bone))
+        if relu and parts is None:
+            pair = E.max_expr(pair, E.Broadcast(E.const(0.0, "float32"), 2, f32x2))
+            one = E.max_expr(one, E.const(0.0, "float32"))
+        vpair = pair if dest_t == acc.dtype else E.cast(dest_t.with_lanes(2), pair)
+        vone = one if dest_t == acc.dtype else E.cast(dest_t, one)
+        at = part * (M * N) + row * N + col if parts is not None else row * N + col
+        both = S.BufferStore(dest, vpair, (E.Ramp(at, E.const(1), 2, idx2),))
+        first = S.IfThenElse(col < N, S.BufferStore(dest, vone, (at,)))
+        checked.append(S.IfThenElse(row < M, S.IfThenElse(col + 1 < N, both, first)))
+        unchecked.append(both)
+    if not edge:
+        return unchecked
+    return [S.IfThenElse(E.logical_and(m0 + bm <= M, n0 + bn <= N), S.seq(*unchecked), S.seq(*checked))]
 
 
 #: the tensor map of C (the TMA-store epilogue)
@@ -298,44 +348,16 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     last = (i * cpp + (cpp - 1)) % stages
     # with split-K the parts go to a float32 workspace [P, M, N]; the bias and ReLU wait for the sum
     parts = Buffer("wg_parts", as_dtype("float32"), (E.const(P * M * N),), (), "global") if P > 1 else None
-    dest, dest_t = (parts, acc.dtype) if parts is not None else (C, odt)
-    base_idx = part * (M * N) if parts is not None else E.const(0)
-    bias_here = bias_buf if parts is None else None
     zero = [S.BufferStore(acc, E.const(0.0, "float32"), (E.const(r),)) for r in range(bn // 2)]
-    epi: list[S.Stmt] = []  # bounds-checked stores (tiles on the edge of C)
-    inner: list[S.Stmt] = []  # the same stores unchecked (tiles inside C: all but the edge ones)
-    f32x2 = as_dtype("float32").with_lanes(2)
-    for r in range(0, bn // 2, 2):  # registers r, r + 1 hold columns col, col + 1 of one row: one paired store
-        row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
-        col = n0 + 8 * (r // 4) + 2 * (lane_t % 4)
-        pair: E.PrimExpr = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, INT32.with_lanes(2)),), f32x2)
-        one: E.PrimExpr = E.BufferLoad(acc, (E.const(r),), acc.dtype)
-        if bias_here is not None:
-            bpair = E.BufferLoad(bias_here, (E.Ramp(col, E.const(1), 2, INT32.with_lanes(2)),), odt.with_lanes(2))
-            pair = pair + (bpair if odt == acc.dtype else E.cast(f32x2, bpair))
-            bone = E.BufferLoad(bias_here, (col,), odt)
-            one = one + (bone if odt == acc.dtype else E.cast(acc.dtype, bone))
-        if relu and parts is None:
-            pair = E.max_expr(pair, E.Broadcast(E.const(0.0, "float32"), 2, f32x2))
-            one = E.max_expr(one, E.const(0.0, "float32"))
-        vpair = pair if dest_t == acc.dtype else E.cast(dest_t.with_lanes(2), pair)
-        vone = one if dest_t == acc.dtype else E.cast(dest_t, one)
-        at = base_idx + row * N + col if parts is not None else row * N + col
-        both = S.BufferStore(dest, vpair, (E.Ramp(at, E.const(1), 2, INT32.with_lanes(2)),))
-        first = S.IfThenElse(col < N, S.BufferStore(dest, vone, (at,)))
-        epi.append(S.IfThenElse(row < M, S.IfThenElse(col + 1 < N, both, first)))
-        inner.append(both)
-    if M % bm or N % bn or mt % cl:  # edge tiles (or a cluster's tile row past M) exist: check only there
-        epi = [S.IfThenElse(E.logical_and(m0 + bm <= M, n0 + bn <= N), S.seq(*inner), S.seq(*epi))]
-    else:
-        epi = inner
     oesz = odt.bits // 8
-    # the TMA-store epilogue where C's rows are 16-byte multiples (the tensor map's pitch); parts of K
-    # go to the float32 workspace as before
     out_smem = None
     if tma and parts is None and (N * oesz) % 16 == 0 and t.out_buffers():
-        out_smem, obase, store_epi, drain = _tma_store_epilogue(acc, C, bias_buf, relu, t, lane_t, wg, m0, n0, N)
-        epi = store_epi
+        # C's rows are 16-byte multiples (the tensor map's pitch): through shared memory and TMA stores
+        out_smem, obase, epi, drain = _tma_store_epilogue(acc, C, bias_buf, relu, t, lane_t, wg, m0, n0, N)
+    else:  # paired stores from registers; with split-K, float32 parts to the workspace
+        edge = bool(M % bm or N % bn or mt % cl)  # edge tiles (or a cluster's tile row past M) exist
+        epi = _register_store_epilogue(acc, C, parts, part, bias_buf, relu, lane_t, wg, m0, n0, (M, N), (bm, bn),
+                                       edge)
     consumer_tile = S.seq(
         *zero,
         S.For(kc, E.const(0), E.const(cpp), S.ForKind.SERIAL, S.seq(*mma), "", ()),
