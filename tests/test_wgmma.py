@@ -383,3 +383,32 @@ def test_split_k_plan():
     assert "launch wgmma_gemm_kernel0<<<(15, 1, 1)" in host and "launch wgmma_gemm_kernel1" in host
     assert "split_k=2" in WGTile(ws=2, cluster=2, split_k=2).check(227 * 1024)
     assert "split_k=2" in WGTile(ws=1, split_k=2).check(227 * 1024)
+
+
+@pytest.mark.parametrize("elem_bytes", [2, 4])
+def test_epilogue_staging_layout(elem_bytes):
+    """The TMA-store epilogue's staging layout, evaluated for every thread and register of a
+    warpgroup: each sub-tile element has one byte offset (a bijection onto the 8 KiB buffer), it is
+    the 128-byte swizzle the TMA loads use (``a_offset``), and one store instruction of a warp (32
+    lanes, one register pair each) touches each 4-byte bank at most ``2 * elem_bytes / 4`` times:
+    no bank conflicts beyond the wavefronts its width needs."""
+    from ember.lowering.wgmma_ws import staged_offset
+
+    ocols = 128 // elem_bytes
+    for j in range(256 // ocols):  # the sub-tiles of a 256-wide tile
+        seen = {}
+        for r in range(j * ocols // 2, (j + 1) * ocols // 2, 2):
+            banks: dict[int, int] = {}
+            for lane_t in range(128):
+                row = (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
+                col = 8 * (r // 4) - j * ocols + 2 * (lane_t % 4)
+                for h in range(2):
+                    at = staged_offset(row, col + h, elem_bytes)
+                    assert at == a_offset(row, col + h, elem_bytes)
+                    assert (row, col + h) not in seen and at not in seen.values()
+                    seen[(row, col + h)] = at
+                    if lane_t < 32:  # warp 0's instruction
+                        bank = (at // 4) % 32
+                        banks[bank] = banks.get(bank, 0) + (1 if elem_bytes == 4 or h == 0 else 0)
+            assert max(banks.values()) <= max(1, 2 * elem_bytes // 4)
+        assert sorted(seen.values()) == list(range(0, 64 * 128, elem_bytes))

@@ -165,6 +165,14 @@ def _register_store_epilogue(acc: Buffer, C: Buffer, parts: Buffer | None, part:
     return [S.IfThenElse(E.logical_and(m0 + bm <= M, n0 + bn <= N), S.seq(*unchecked), S.seq(*checked))]
 
 
+def staged_offset(row: Any, col: Any, elem_bytes: int) -> Any:
+    """Byte offset of element ``(row, col)`` of an epilogue sub-tile (64 rows of 128 bytes) in the
+    128-byte-swizzled layout a TMA store reads: 16-byte chunk ``c`` of row ``r`` at chunk
+    ``c xor (r mod 8)``. Ints or kernel expressions."""
+    byte = col * elem_bytes
+    return row * 128 + xor3(byte // 16, row % 8) * 16 + byte % 16
+
+
 #: the tensor map of C (the TMA-store epilogue)
 _MAP_C = Buffer("tmap_C", as_dtype("uint8"), (E.const(128),))
 
@@ -200,8 +208,7 @@ def _tma_store_epilogue(acc: Buffer, C: Buffer, bias: Buffer | None, relu: bool,
         for r in range(j * ocols // 2, (j + 1) * ocols // 2, 2):  # registers r, r + 1: columns col, col + 1
             lr = wrow + 8 * ((r // 2) % 2)
             lc = 8 * (r // 4) - j * ocols + 2 * (lane_t % 4)
-            byte = lc * oesz
-            at = lr * 128 + xor3(byte // 16, lr % 8) * 16 + byte % 16
+            at = staged_offset(lr, lc, oesz)
             pair: E.PrimExpr = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, idx2),), f32x2)
             if bias is not None:  # clamped: columns past N are clipped by the store
                 col = E.min_expr(n0 + 8 * (r // 4) + 2 * (lane_t % 4), E.const(N - 2))
