@@ -169,8 +169,8 @@ def test_wgmma_bias_relu(hopper, tmp_path, out_dtype, tile):
 
 def test_tma_maps_follow_the_arguments(hopper, tmp_path):
     """The TMA kernel's tensor maps are encoded from each call's addresses: new arrays (a cache
-    miss), the first arrays again (a hit) and PyTorch tensors all give their own products; a view
-    that starts 2 bytes into a buffer is refused by name."""
+    miss), the first arrays again (a hit) and PyTorch tensors all give their own products; an input
+    view that starts 2 bytes into a buffer, or an output view 4 bytes in, is refused by name."""
     M, N, K = 300, 264, 200
     f = ember.build(wgmma_matmul(M, N, K, "float16", "float32", WGTile(2, 128, 4, 1, 8, ws=2, sms=4),
                                  target="cuda -arch=sm_90"), target="cuda -arch=sm_90", cache_dir=tmp_path)
@@ -202,3 +202,6 @@ def test_tma_maps_follow_the_arguments(hopper, tmp_path):
     flat = torch.zeros(M * K + 1, dtype=torch.float16, device=f"cuda:{hopper.index}")
     with pytest.raises(ember.errors.ArgumentError, match="16-byte aligned"):
         f(flat[1:].view(M, K), torch.from_numpy(b).cuda(hopper.index), tc)
+    out = torch.zeros(M * N + 1, device=f"cuda:{hopper.index}")  # C is written by TMA stores: the same rule
+    with pytest.raises(ember.errors.ArgumentError, match="argument C .* written by TMA"):
+        f(torch.from_numpy(a).cuda(hopper.index), torch.from_numpy(b).cuda(hopper.index), out[1:].view(M, N))

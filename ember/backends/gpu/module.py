@@ -343,7 +343,7 @@ class GPUFunction(Function):
             return hit
         if ptr % 16:
             raise ArgumentError(
-                f"buffer argument {self._buffer_names[arg]} of {self.name} is read by TMA, which needs a "
+                f"buffer argument {self._buffer_names[arg]} of {self.name} is read or written by TMA, which needs a "
                 f"16-byte aligned address (got {ptr:#x}): pass a copy (tensor.clone()) or a view that "
                 "starts at an aligned element")
         m = encode_2d(ptr, dt, key[4], key[5], key[6], box[0], box[1], swizzle)
