@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from common import machine  # noqa: E402
+from common import machine, median_ms  # noqa: E402
 
 
 def export(directory: Path) -> Path:
@@ -50,18 +49,7 @@ def timed(directory: Path, label: str, rounds: int = 5, calls: int = 60) -> dict
     rng = np.random.default_rng(0)
     feeds = {"input_ids": ember.nd.array(rng.integers(0, 30000, (1, 128)).astype("int64"), dev),
              "attention_mask": ember.nd.array(np.ones((1, 128), "int64"), dev)}
-    for _ in range(20):
-        model.run_on_device(**feeds)
-    dev.sync()
-    medians = []
-    for _ in range(rounds):
-        times = []
-        for _ in range(calls):
-            t = time.perf_counter()
-            model.run_on_device(**feeds)
-            dev.sync()
-            times.append(time.perf_counter() - t)
-        medians.append(round(statistics.median(times) * 1e3, 4))
+    medians = [round(median_ms(lambda: model.run_on_device(**feeds), dev.sync, 20, calls), 4) for _ in range(rounds)]
     return {"label": label, "compile_s": round(compile_s, 1), "wall_ms_medians": medians, "host": machine()}
 
 

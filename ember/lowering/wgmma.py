@@ -266,7 +266,7 @@ def check_target(mcpu: str) -> None:
 
 def wgmma_gemm_func(M: int, N: int, K: int, in_dtype: str = "float16", out_dtype: str | None = None,
                     tile: WGTile | None = None, b_transposed: bool = False, name: str = "wgmma_gemm",
-                    target: str = "cuda -arch=sm_90", smem_limit: int = 227 * 1024, bias: bool = False,
+                    target: str = "cuda -arch=sm_90", smem_limit: int = SM90_SMEM, bias: bool = False,
                     relu: bool = False) -> S.PrimFunc:
     """The lowered function ``name(A, B, C)`` computing ``C = A @ B`` (see the module doc):
     ``A`` is ``M x K``, ``B`` ``K x N`` (``N x K`` when ``b_transposed``), ``C`` ``M x N`` of

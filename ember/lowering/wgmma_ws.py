@@ -61,7 +61,7 @@ from ..ir.buffer import Buffer
 from ..ir.dtypes import INT32
 from ..ir.dtypes import dtype as as_dtype
 from .gpu import TensorMapSpec, with_tensor_map
-from .wgmma import ATOM, WGTile, chunk_copies, grouped_tile, xor3
+from .wgmma import ATOM, WGTile, _call, _ev, chunk_copies, grouped_tile, xor3
 
 #: threads of the producer warpgroup
 PRODUCER = 128
@@ -78,14 +78,6 @@ def consumer_regs(consumers: int) -> int | None:
     if consumers < 2:
         return None
     return (65536 // PRODUCER - PRODUCER_REGS) // consumers // 8 * 8
-
-
-def _call(op: str, *args: E.PrimExpr, dt: str = "int32") -> E.Call:
-    return E.Call(as_dtype(dt), op, tuple(args))
-
-
-def _ev(op: str, *args: E.PrimExpr) -> S.Stmt:
-    return S.Evaluate(_call(op, *args))
 
 
 def tile_of_block(cid: Any, rank: Any, i: Any, groups: int, rows: int, cols: int, group: int, cl: int,
@@ -124,6 +116,21 @@ def sum_parts_kernel(parts: Buffer, P: int, M: int, N: int, C: Buffer, bias: Buf
     return S.For(sb, E.const(0), E.const(-(-total // threads)), S.ForKind.THREAD_BINDING, body, "blockIdx.x")
 
 
+def _pair_value(acc: Buffer, r: int, bias: Buffer | None, col: E.PrimExpr, relu: bool, out: Any) -> E.PrimExpr:
+    """Accumulator registers ``r, r + 1`` as a pair of type ``out`` (two lanes of it): plus the
+    ``bias`` pair at column ``col`` when given (read in its own type, added in float32), ReLU'd
+    when asked, rounded once."""
+    f32x2 = as_dtype("float32").with_lanes(2)
+    idx2 = INT32.with_lanes(2)
+    pair: E.PrimExpr = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, idx2),), f32x2)
+    if bias is not None:
+        bpair = E.BufferLoad(bias, (E.Ramp(col, E.const(1), 2, idx2),), bias.dtype.with_lanes(2))
+        pair = pair + (bpair if bias.dtype == acc.dtype else E.cast(f32x2, bpair))
+    if relu:
+        pair = E.max_expr(pair, E.Broadcast(E.const(0.0, "float32"), 2, f32x2))
+    return pair if out == acc.dtype else E.cast(out.with_lanes(2), pair)
+
+
 def _register_store_epilogue(acc: Buffer, C: Buffer, parts: Buffer | None, part: E.PrimExpr, bias: Buffer | None,
                              relu: bool, lane_t: E.PrimExpr, wg: E.PrimExpr, m0: E.PrimExpr, n0: E.PrimExpr,
                              size: tuple[int, int], tile: tuple[int, int], edge: bool) -> list[S.Stmt]:
@@ -136,24 +143,19 @@ def _register_store_epilogue(acc: Buffer, C: Buffer, parts: Buffer | None, part:
     odt = C.dtype
     dest, dest_t = (parts, acc.dtype) if parts is not None else (C, odt)
     bias_here = bias if parts is None else None
-    f32x2 = as_dtype("float32").with_lanes(2)
     idx2 = INT32.with_lanes(2)
     checked: list[S.Stmt] = []
     unchecked: list[S.Stmt] = []
     for r in range(0, bn // 2, 2):  # registers r, r + 1 hold columns col, col + 1 of one row: one paired store
         row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
         col = n0 + 8 * (r // 4) + 2 * (lane_t % 4)
-        pair: E.PrimExpr = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, idx2),), f32x2)
+        vpair = _pair_value(acc, r, bias_here, col, relu and parts is None, dest_t)
         one: E.PrimExpr = E.BufferLoad(acc, (E.const(r),), acc.dtype)
         if bias_here is not None:
-            bpair = E.BufferLoad(bias_here, (E.Ramp(col, E.const(1), 2, idx2),), odt.with_lanes(2))
-            pair = pair + (bpair if odt == acc.dtype else E.cast(f32x2, bpair))
             bone = E.BufferLoad(bias_here, (col,), odt)
             one = one + (bone if odt == acc.dtype else E.cast(acc.dtype, bone))
         if relu and parts is None:
-            pair = E.max_expr(pair, E.Broadcast(E.const(0.0, "float32"), 2, f32x2))
             one = E.max_expr(one, E.const(0.0, "float32"))
-        vpair = pair if dest_t == acc.dtype else E.cast(dest_t.with_lanes(2), pair)
         vone = one if dest_t == acc.dtype else E.cast(dest_t, one)
         at = part * (M * N) + row * N + col if parts is not None else row * N + col
         both = S.BufferStore(dest, vpair, (E.Ramp(at, E.const(1), 2, idx2),))
@@ -173,22 +175,19 @@ def staged_offset(row: Any, col: Any, elem_bytes: int) -> Any:
     return row * 128 + xor3(byte // 16, row % 8) * 16 + byte % 16
 
 
-#: the tensor map of C (the TMA-store epilogue)
-_MAP_C = Buffer("tmap_C", as_dtype("uint8"), (E.const(128),))
-
-
-def _tma_store_epilogue(acc: Buffer, C: Buffer, bias: Buffer | None, relu: bool, t: WGTile, lane_t: E.PrimExpr,
-                        wg: E.PrimExpr, m0: E.PrimExpr, n0: E.PrimExpr,
+def _tma_store_epilogue(acc: Buffer, C: Buffer, map_c: Buffer, bias: Buffer | None, relu: bool, t: WGTile,
+                        lane_t: E.PrimExpr, wg: E.PrimExpr, m0: E.PrimExpr, n0: E.PrimExpr,
                         N: int) -> tuple[Buffer, E.Var, list[S.Stmt], S.Stmt]:
-    """The epilogue that writes a consumer warpgroup's ``64 x bn`` accumulators (plus ``bias``, ReLU,
-    rounded to ``C``'s type) through shared memory: per sub-tile of 64 rows x 128 bytes, every thread
-    stores its pairs into a staging buffer in the 128-byte-swizzled layout (conflict-free: the 8 rows
-    of one store instruction land in 8 different 16-byte chunks), ``fence.proxy.async`` and a
-    warpgroup barrier, then one thread issues a TMA store (``cp.async.bulk.tensor``, bounds clipped
-    by the tensor map, so edge tiles need no checks) and goes on; a staging buffer is rewritten only
-    after its store has read it (``cp.async.bulk.wait_group.read``; two buffers per warpgroup when
-    they fit, :meth:`WGTile.out_buffers`). Returns the staging buffer, the variable holding its
-    aligned start, the epilogue's statements and the drain to run after the last tile."""
+    """The epilogue that writes a consumer warpgroup's ``64 x bn`` accumulators (plus ``bias``,
+    ReLU, rounded to ``C``'s type) through shared memory and C's tensor map ``map_c``: per sub-tile
+    of 64 rows x 128 bytes, every thread stores its pairs into a staging buffer in the
+    128-byte-swizzled layout (conflict-free: the 8 rows of one store instruction land in 8
+    different 16-byte chunks), ``fence.proxy.async`` and a warpgroup barrier, then one thread
+    issues a TMA store (``cp.async.bulk.tensor``, bounds clipped by the tensor map, so edge tiles
+    need no checks) and goes on; a staging buffer is rewritten only after its store has read it
+    (``cp.async.bulk.wait_group.read``; two buffers per warpgroup when they fit,
+    :meth:`WGTile.out_buffers`). Returns the staging buffer, the variable holding its aligned
+    start, the epilogue's statements and the drain to run after the last tile."""
     odt = C.dtype
     oesz = odt.bits // 8
     ocols = 128 // oesz  # columns per sub-tile
@@ -196,7 +195,6 @@ def _tma_store_epilogue(acc: Buffer, C: Buffer, bias: Buffer | None, relu: bool,
     sub = 64 * ocols  # elements per staging buffer
     out_smem = Buffer("wg_out", odt, (E.const(t.warpgroups * nbuf * sub + ATOM // oesz),), (), "shared")
     obase = E.Var("wg_obase", INT32)
-    f32x2 = as_dtype("float32").with_lanes(2)
     idx2 = INT32.with_lanes(2)
     leader = lane_t == 0
     wrow = (lane_t // 32) * 16 + (lane_t % 32) // 4  # the thread's row in its warpgroup's 64 (first half)
@@ -209,19 +207,14 @@ def _tma_store_epilogue(acc: Buffer, C: Buffer, bias: Buffer | None, relu: bool,
             lr = wrow + 8 * ((r // 2) % 2)
             lc = 8 * (r // 4) - j * ocols + 2 * (lane_t % 4)
             at = staged_offset(lr, lc, oesz)
-            pair: E.PrimExpr = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, idx2),), f32x2)
-            if bias is not None:  # clamped: columns past N are clipped by the store
-                col = E.min_expr(n0 + 8 * (r // 4) + 2 * (lane_t % 4), E.const(N - 2))
-                bpair = E.BufferLoad(bias, (E.Ramp(col, E.const(1), 2, idx2),), odt.with_lanes(2))
-                pair = pair + (bpair if odt == acc.dtype else E.cast(f32x2, bpair))
-            if relu:
-                pair = E.max_expr(pair, E.Broadcast(E.const(0.0, "float32"), 2, f32x2))
-            value = pair if odt == acc.dtype else E.cast(odt.with_lanes(2), pair)
+            # the bias column clamped: columns past N are clipped by the store
+            col = E.min_expr(n0 + 8 * (r // 4) + 2 * (lane_t % 4), E.const(N - 2))
+            value = _pair_value(acc, r, bias, col, relu, odt)
             body.append(S.BufferStore(out_smem, value, (E.Ramp(buf + at // oesz, E.const(1), 2, idx2),)))
         body += [_ev("tc.fence_proxy_async"), _ev("tc.named_barrier:128", wg + 1),
                  S.IfThenElse(leader, S.seq(
                      _ev("tc.tma_store_2d", E.BufferLoad(out_smem, (buf,), odt),
-                         E.BufferLoad(_MAP_C, (E.const(0),), _MAP_C.dtype), n0 + j * ocols, m0 + wg * 64),
+                         E.BufferLoad(map_c, (E.const(0),), map_c.dtype), n0 + j * ocols, m0 + wg * 64),
                      _ev("tc.bulk_commit")))]
         out += body
     return out_smem, obase, out, S.IfThenElse(leader, _ev("tc.bulk_wait:0"))
@@ -239,7 +232,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     bias_buf = Buffer("bias", odt, (E.const(N),)) if bias else None
     tma = t.ws == 2
     u8 = as_dtype("uint8")
-    map_a, map_b = Buffer("tmap_A", u8, (E.const(128),)), Buffer("tmap_B", u8, (E.const(128),))
+    map_a, map_b, map_c = (Buffer(f"tmap_{x}", u8, (E.const(128),)) for x in "ABC")
     bm, bn, stages = t.bm, t.bn, t.stages
     consumers = t.warpgroups
     nthr = PRODUCER * (consumers + 1)
@@ -360,7 +353,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     out_smem = None
     if tma and parts is None and (N * oesz) % 16 == 0 and t.out_buffers():
         # C's rows are 16-byte multiples (the tensor map's pitch): through shared memory and TMA stores
-        out_smem, obase, epi, drain = _tma_store_epilogue(acc, C, bias_buf, relu, t, lane_t, wg, m0, n0, N)
+        out_smem, obase, epi, drain = _tma_store_epilogue(acc, C, map_c, bias_buf, relu, t, lane_t, wg, m0, n0, N)
     else:  # paired stores from registers; with split-K, float32 parts to the workspace
         edge = bool(M % bm or N % bn or mt % cl)  # edge tiles (or a cluster's tile row past M) exist
         epi = _register_store_epilogue(acc, C, parts, part, bias_buf, relu, lane_t, wg, m0, n0, (M, N), (bm, bn),
@@ -406,7 +399,7 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     if parts is not None:  # a second kernel sums the parts of K (one workspace for both)
         kernel = S.Allocate(parts, S.seq(kernel, sum_parts_kernel(parts, P, M, N, C, bias_buf, relu)))
     if out_smem is not None:  # C is written by TMA stores of 64-row sub-tiles, 128 bytes wide
-        kernel = with_tensor_map(_MAP_C, TensorMapSpec(C, odt_name, E.const(M), E.const(N), E.const(N * oesz),
+        kernel = with_tensor_map(map_c, TensorMapSpec(C, odt_name, E.const(M), E.const(N), E.const(N * oesz),
                                                        128 // oesz, 64, 128), kernel)
     if tma:  # the host encodes both maps from A's and B's addresses at each call (cached by address)
         pitch = E.const(K * esz)
