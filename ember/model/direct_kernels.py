@@ -1,0 +1,96 @@
+"""Groups compiled to a hand-built kernel instead of a scheduled te program.
+
+A fused group that is exactly a matrix product of an activation with a constant weight, plus a
+constant bias (ONNX ``MatMul`` then ``Add``, as exported ``nn.Linear`` layers are), optionally
+followed by ``Relu``, runs on sm_90 as the warp-specialised TMA ``wgmma`` GEMM
+(:func:`ember.strategy.tensorcore.wgmma_matmul`, bias and ReLU in its epilogue) when its inputs
+are float16 or bfloat16 and the kernel applies (:func:`~ember.strategy.tensorcore.wgmma_applies`).
+Every other group, and every other target, keeps the strategy's schedules.
+
+:func:`direct_kernel` is asked by :func:`ember.model.group_lowering.lower_groups` for each group;
+it returns the lowered function and the step's argument names, or None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..graph.ir import Graph
+from ..graph.passes import Group
+from ..target import Target
+
+#: input types the wgmma kernel multiplies in a model (float32 stays exact: no TF32 unless asked)
+DTYPES = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class LinearGroup:
+    """A group computing ``out = relu?(a @ w + bias)``: value names and sizes (``a`` is ``M x K``
+    after flattening its leading dimensions, ``w`` a constant ``K x N``, ``bias`` a constant
+    ``N``)."""
+
+    a: str
+    w: str
+    bias: str
+    out: str
+    relu: bool
+    M: int
+    N: int
+    K: int
+    dtype: str
+
+
+def match_linear(gr: Group, graph: Graph) -> LinearGroup | None:
+    """The :class:`LinearGroup` that ``gr`` is, or None (any other shape of group, a non-constant
+    weight or bias, a batched weight, a type other than :data:`DTYPES`)."""
+    ops = [n.op for n in gr.nodes]
+    if ops not in (["MatMul", "Add"], ["MatMul", "Add", "Relu"]) or len(gr.outputs) != 1:
+        return None
+    mm, add = gr.nodes[0], gr.nodes[1]
+    if len(mm.inputs) != 2 or len(add.inputs) != 2 or mm.outputs[0] not in add.inputs:
+        return None
+    a, w = mm.inputs
+    bias = add.inputs[1] if add.inputs[0] == mm.outputs[0] else add.inputs[0]
+    last = gr.nodes[-1]
+    if len(ops) == 3 and (last.inputs != [add.outputs[0]]):
+        return None
+    if gr.outputs[0] != last.outputs[0] or a in graph.consts or w not in graph.consts or bias not in graph.consts:
+        return None
+    va, vw, vb, vo = (graph.values.get(x) for x in (a, w, bias, gr.outputs[0]))
+    if va is None or vw is None or vb is None or vo is None:
+        return None
+    if len({va.dtype, vw.dtype, vb.dtype, vo.dtype}) != 1 or va.dtype not in DTYPES:
+        return None
+    if not all(isinstance(d, int) for d in (*va.shape, *vw.shape, *vb.shape)):
+        return None  # symbolic sizes keep the scheduled kernel
+    if len(vw.shape) != 2 or len(va.shape) < 2 or va.shape[-1] != vw.shape[0] or tuple(vb.shape) != (vw.shape[1],):
+        return None
+    M = int(np.prod(va.shape[:-1]))
+    K, N = vw.shape
+    if tuple(vo.shape) != (*va.shape[:-1], N):
+        return None
+    return LinearGroup(a, w, bias, gr.outputs[0], len(ops) == 3, M, N, K, va.dtype)
+
+
+def direct_kernel(gr: Group, graph: Graph, target: Target, name: str) -> tuple[Any, list[str]] | None:
+    """The lowered function ``name`` and its step arguments for group ``gr`` on ``target`` when
+    the group has a hand-built kernel there (module doc), else None."""
+    if target.kind != "cuda" or target.mcpu not in ("sm_90", "sm_90a"):
+        return None
+    lin = match_linear(gr, graph)
+    if lin is None:
+        return None
+    from ..strategy.tensorcore import model_wgmma_tile, wgmma_applies, wgmma_matmul
+
+    if wgmma_applies(lin.M, lin.N, lin.K, lin.dtype, False, target) is not None:
+        return None
+    from ..runtime.cuda_driver import detected_sm_count
+
+    sms = detected_sm_count(target.mcpu) or 132
+    tile = model_wgmma_tile(lin.M, lin.N, lin.K, sms)
+    func = wgmma_matmul(lin.M, lin.N, lin.K, lin.dtype, lin.dtype, tile, False, target, name, bias=True,
+                        relu=lin.relu)
+    return func, [lin.a, lin.w, lin.bias, lin.out]
