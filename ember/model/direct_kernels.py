@@ -1,10 +1,11 @@
 """Groups compiled to a hand-built kernel instead of a scheduled te program.
 
 A fused group that is exactly a matrix product of an activation with a constant weight, plus a
-constant bias (ONNX ``MatMul`` then ``Add``, as exported ``nn.Linear`` layers are), optionally
-followed by ``Relu``, runs on sm_90 as the warp-specialised TMA ``wgmma`` GEMM
-(:func:`ember.strategy.tensorcore.wgmma_matmul`, bias and ReLU in its epilogue) when its inputs
-are float16 or bfloat16 and the kernel applies (:func:`~ember.strategy.tensorcore.wgmma_applies`).
+constant bias (ONNX ``MatMul`` then ``Add``, as exported ``nn.Linear`` layers are, or a plain
+``Gemm`` with ``transB`` 0 or 1), optionally followed by ``Relu``, runs on sm_90 as the
+warp-specialised TMA ``wgmma`` GEMM (:func:`ember.strategy.tensorcore.wgmma_matmul`, bias and
+ReLU in its epilogue) when its inputs are float16 or bfloat16 and the kernel applies
+(:func:`~ember.strategy.tensorcore.wgmma_applies`).
 Every other group, and every other target, keeps the strategy's schedules.
 
 :func:`direct_kernel` is asked by :func:`ember.model.group_lowering.lower_groups` for each group;
@@ -29,8 +30,8 @@ DTYPES = ("float16", "bfloat16")
 @dataclass(frozen=True)
 class LinearGroup:
     """A group computing ``out = relu?(a @ w + bias)``: value names and sizes (``a`` is ``M x K``
-    after flattening its leading dimensions, ``w`` a constant ``K x N``, ``bias`` a constant
-    ``N``)."""
+    after flattening its leading dimensions, ``w`` a constant ``K x N`` — ``N x K`` with
+    ``w_transposed`` — and ``bias`` a constant ``N``)."""
 
     a: str
     w: str
@@ -41,22 +42,40 @@ class LinearGroup:
     N: int
     K: int
     dtype: str
+    w_transposed: bool = False
+
+
+def _product(gr: Group) -> tuple[str, str, str, bool, int] | None:
+    """(activation, weight, bias, weight given N x K, nodes used) of a group that starts with
+    ``MatMul`` + ``Add`` or with a plain ``Gemm`` (alpha = beta = 1, A not transposed), or None."""
+    first = gr.nodes[0]
+    if first.op == "Gemm" and len(first.inputs) == 3 and all(first.inputs):
+        at = first.attrs
+        if at.get("alpha", 1.0) != 1.0 or at.get("beta", 1.0) != 1.0 or at.get("transA", 0):
+            return None
+        return first.inputs[0], first.inputs[1], first.inputs[2], bool(at.get("transB", 0)), 1
+    if first.op != "MatMul" or len(gr.nodes) < 2 or len(first.inputs) != 2:
+        return None
+    add = gr.nodes[1]
+    if add.op != "Add" or len(add.inputs) != 2 or first.outputs[0] not in add.inputs:
+        return None
+    bias = add.inputs[1] if add.inputs[0] == first.outputs[0] else add.inputs[0]
+    return first.inputs[0], first.inputs[1], bias, False, 2
 
 
 def match_linear(gr: Group, graph: Graph) -> LinearGroup | None:
     """The :class:`LinearGroup` that ``gr`` is, or None (any other shape of group, a non-constant
-    weight or bias, a batched weight, a type other than :data:`DTYPES`)."""
-    ops = [n.op for n in gr.nodes]
-    if ops not in (["MatMul", "Add"], ["MatMul", "Add", "Relu"]) or len(gr.outputs) != 1:
+    weight or bias, a batched weight, a type other than :data:`DTYPES`, symbolic sizes)."""
+    if len(gr.outputs) != 1 or not gr.nodes:
         return None
-    mm, add = gr.nodes[0], gr.nodes[1]
-    if len(mm.inputs) != 2 or len(add.inputs) != 2 or mm.outputs[0] not in add.inputs:
+    found = _product(gr)
+    if found is None:
         return None
-    a, w = mm.inputs
-    bias = add.inputs[1] if add.inputs[0] == mm.outputs[0] else add.inputs[0]
+    a, w, bias, w_t, used = found
+    rest = gr.nodes[used:]
+    if len(rest) > 1 or (rest and (rest[0].op != "Relu" or rest[0].inputs != [gr.nodes[used - 1].outputs[0]])):
+        return None
     last = gr.nodes[-1]
-    if len(ops) == 3 and (last.inputs != [add.outputs[0]]):
-        return None
     if gr.outputs[0] != last.outputs[0] or a in graph.consts or w not in graph.consts or bias not in graph.consts:
         return None
     va, vw, vb, vo = (graph.values.get(x) for x in (a, w, bias, gr.outputs[0]))
@@ -64,15 +83,15 @@ def match_linear(gr: Group, graph: Graph) -> LinearGroup | None:
         return None
     if len({va.dtype, vw.dtype, vb.dtype, vo.dtype}) != 1 or va.dtype not in DTYPES:
         return None
-    if not all(isinstance(d, int) for d in (*va.shape, *vw.shape, *vb.shape)):
+    if not all(isinstance(d, int) for d in (*va.shape, *vw.shape, *vb.shape, *vo.shape)):
         return None  # symbolic sizes keep the scheduled kernel
-    if len(vw.shape) != 2 or len(va.shape) < 2 or va.shape[-1] != vw.shape[0] or tuple(vb.shape) != (vw.shape[1],):
+    if len(vw.shape) != 2 or len(va.shape) < 2 or (used == 1 and len(va.shape) != 2):
         return None
+    N, K = vw.shape if w_t else vw.shape[::-1]
+    if va.shape[-1] != K or tuple(vb.shape) != (N,) or tuple(vo.shape) != (*va.shape[:-1], N):
+        return None  # (a Gemm's bias broadcast from a scalar or a column keeps the scheduled kernel)
     M = int(np.prod(va.shape[:-1]))
-    K, N = vw.shape
-    if tuple(vo.shape) != (*va.shape[:-1], N):
-        return None
-    return LinearGroup(a, w, bias, gr.outputs[0], len(ops) == 3, M, N, K, va.dtype)
+    return LinearGroup(a, w, bias, gr.outputs[0], bool(rest), M, N, K, va.dtype, w_t)
 
 
 def direct_kernel(gr: Group, graph: Graph, target: Target, name: str) -> tuple[Any, list[str]] | None:
@@ -85,12 +104,12 @@ def direct_kernel(gr: Group, graph: Graph, target: Target, name: str) -> tuple[A
         return None
     from ..strategy.tensorcore import model_wgmma_tile, wgmma_applies, wgmma_matmul
 
-    if wgmma_applies(lin.M, lin.N, lin.K, lin.dtype, False, target) is not None:
+    if wgmma_applies(lin.M, lin.N, lin.K, lin.dtype, lin.w_transposed, target) is not None:
         return None
     from ..runtime.cuda_driver import detected_sm_count
 
     sms = detected_sm_count(target.mcpu) or 132
     tile = model_wgmma_tile(lin.M, lin.N, lin.K, sms)
-    func = wgmma_matmul(lin.M, lin.N, lin.K, lin.dtype, lin.dtype, tile, False, target, name, bias=True,
-                        relu=lin.relu)
+    func = wgmma_matmul(lin.M, lin.N, lin.K, lin.dtype, lin.dtype, tile, lin.w_transposed, target, name,
+                        bias=True, relu=lin.relu)
     return func, [lin.a, lin.w, lin.bias, lin.out]

@@ -62,3 +62,47 @@ def test_other_products_keep_their_schedules(rng, case) -> None:
     model = ember.compile(data, target=target, use_cache=False)
     ptx = model.module.imported_modules[0].get_source("ptx")
     assert "wgmma" not in ptx and "tensor_map" not in model.module.get_source("host")
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm_node_runs_on_the_tma_kernel(rng, trans_b) -> None:
+    """A plain ONNX Gemm (the weight K x N, or N x K with transB) is a linear layer too."""
+    k, n = 256, 520
+    w = (rng.standard_normal((n, k) if trans_b else (k, n)) / 16).astype(np.float16)
+    g = h.make_graph([h.make_node("Gemm", ["x", "w", "b"], ["y"], transB=trans_b)], "gemm",
+                     [h.make_tensor_value_info("x", T.FLOAT16, [100, k])],
+                     [h.make_tensor_value_info("y", T.FLOAT16, None)],
+                     [nh.from_array(w, "w"), nh.from_array(rng.standard_normal(n).astype(np.float16), "b")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    model = ember.compile(m.SerializeToString(), target="cuda -arch=sm_90", use_cache=False)
+    (step,) = _steps(model)
+    assert step["args"] == ["x", "w", "b", "y"]
+    ptx = model.module.imported_modules[0].get_source("ptx")
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in ptx
+    if trans_b:  # B read K-major: boxes of 64 elements of K x 128 rows of N
+        host = model.module.get_source("host")
+        assert "tmap_B = tensor_map(B, float16, 520 x 256, pitch 512 B, box 64 x 128)" in host
+
+
+def test_match_linear_refuses_other_groups(rng) -> None:
+    """Gemm with alpha != 1, a MatMul followed by something other than ReLU: scheduled kernels."""
+    for node in (h.make_node("Gemm", ["x", "w", "b"], ["y"], alpha=2.0),):
+        g = h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT16, [64, 64])],
+                         [h.make_tensor_value_info("y", T.FLOAT16, None)],
+                         [nh.from_array(rng.standard_normal((64, 64)).astype(np.float16), "w"),
+                          nh.from_array(rng.standard_normal(64).astype(np.float16), "b")])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+        m.ir_version = 8
+        model = ember.compile(m.SerializeToString(), target="cuda -arch=sm_90", use_cache=False)
+        assert "wgmma" not in model.module.imported_modules[0].get_source("ptx")
+    nodes = [h.make_node("MatMul", ["x", "w"], ["mm"]), h.make_node("Add", ["mm", "b"], ["a"]),
+             h.make_node("Sigmoid", ["a"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT16, [64, 64])],
+                     [h.make_tensor_value_info("y", T.FLOAT16, None)],
+                     [nh.from_array(rng.standard_normal((64, 64)).astype(np.float16), "w"),
+                      nh.from_array(rng.standard_normal(64).astype(np.float16), "b")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    model = ember.compile(m.SerializeToString(), target="cuda -arch=sm_90", use_cache=False)
+    assert "wgmma" not in model.module.imported_modules[0].get_source("ptx")
