@@ -5,8 +5,8 @@ constant bias (ONNX ``MatMul`` then ``Add``, as exported ``nn.Linear`` layers ar
 ``Gemm`` with ``transB`` 0 or 1), optionally followed by ``Relu``, runs on sm_90 as the
 warp-specialised TMA ``wgmma`` GEMM (:func:`ember.strategy.tensorcore.wgmma_matmul`, bias and
 ReLU in its epilogue) when its inputs are float16 or bfloat16 and the kernel applies
-(:func:`~ember.strategy.tensorcore.wgmma_applies`).
-Every other group, and every other target, keeps the strategy's schedules.
+(:func:`~ember.strategy.tensorcore.wgmma_applies`), or float32 in a model compiled with
+``precision="tf32"`` (TF32 tensor cores). Every other group, and every other target, keeps the strategy's schedules.
 
 :func:`direct_kernel` is asked by :func:`ember.model.group_lowering.lower_groups` for each group;
 it returns the lowered function and the step's argument names, or None.
@@ -14,12 +14,12 @@ it returns the lowered function and the step's argument names, or None.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from ..graph.ir import Graph
+from ..graph.ir import Graph, TensorInfo
 from ..graph.passes import Group
 from ..target import Target
 
@@ -63,9 +63,9 @@ def _product(gr: Group) -> tuple[str, str, str, bool, int] | None:
     return first.inputs[0], first.inputs[1], bias, False, 2
 
 
-def match_linear(gr: Group, graph: Graph) -> LinearGroup | None:
+def match_linear(gr: Group, graph: Graph, dtypes: tuple[str, ...] = DTYPES) -> LinearGroup | None:
     """The :class:`LinearGroup` that ``gr`` is, or None (any other shape of group, a non-constant
-    weight or bias, a batched weight, a type other than :data:`DTYPES`, symbolic sizes)."""
+    weight or bias, a batched weight, a type not in ``dtypes``, symbolic sizes)."""
     if len(gr.outputs) != 1 or not gr.nodes:
         return None
     found = _product(gr)
@@ -81,7 +81,7 @@ def match_linear(gr: Group, graph: Graph) -> LinearGroup | None:
     va, vw, vb, vo = (graph.values.get(x) for x in (a, w, bias, gr.outputs[0]))
     if va is None or vw is None or vb is None or vo is None:
         return None
-    if len({va.dtype, vw.dtype, vb.dtype, vo.dtype}) != 1 or va.dtype not in DTYPES:
+    if len({va.dtype, vw.dtype, vb.dtype, vo.dtype}) != 1 or va.dtype not in dtypes:
         return None
     if not all(isinstance(d, int) for d in (*va.shape, *vw.shape, *vb.shape, *vo.shape)):
         return None  # symbolic sizes keep the scheduled kernel
@@ -94,18 +94,29 @@ def match_linear(gr: Group, graph: Graph) -> LinearGroup | None:
     return LinearGroup(a, w, bias, gr.outputs[0], bool(rest), M, N, K, va.dtype, w_t)
 
 
-def direct_kernel(gr: Group, graph: Graph, target: Target, name: str) -> tuple[Any, list[str]] | None:
+def direct_kernel(gr: Group, graph: Graph, target: Target, name: str,
+                  tf32: bool = False) -> tuple[Any, list[str]] | None:
     """The lowered function ``name`` and its step arguments for group ``gr`` on ``target`` when
-    the group has a hand-built kernel there (module doc), else None."""
+    the group has a hand-built kernel there (module doc), else None. With ``tf32`` (the model's
+    ``precision="tf32"``) float32 layers run on TF32 tensor cores too: wgmma reads a TF32 weight
+    only as ``N x K``, so a ``K x N`` weight is transposed once, now, into a new constant
+    (``name__wT``) that the kernel reads instead."""
     if target.kind != "cuda" or target.mcpu not in ("sm_90", "sm_90a"):
         return None
-    lin = match_linear(gr, graph)
+    lin = match_linear(gr, graph, DTYPES + (("float32",) if tf32 else ()))
     if lin is None:
         return None
     from ..strategy.tensorcore import model_wgmma_tile, wgmma_applies, wgmma_matmul
 
-    if wgmma_applies(lin.M, lin.N, lin.K, lin.dtype, lin.w_transposed, target) is not None:
+    transpose = lin.dtype == "float32" and not lin.w_transposed
+    if wgmma_applies(lin.M, lin.N, lin.K, lin.dtype, lin.w_transposed or transpose, target) is not None:
         return None
+    if transpose:
+        wt = f"{name}__wT"
+        value = np.ascontiguousarray(np.asarray(graph.consts[lin.w]).T)
+        graph.consts[wt] = value
+        graph.values[wt] = TensorInfo(value.shape, str(value.dtype))
+        lin = replace(lin, w=wt, w_transposed=True)
     from ..runtime.cuda_driver import detected_sm_count
 
     sms = detected_sm_count(target.mcpu) or 132

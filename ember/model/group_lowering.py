@@ -81,7 +81,7 @@ def lower_groups(
         if progress:
             progress(f"lowering {gr.name}", k + 1, len(groups))
         fname = f"k{k}_{''.join(c if c.isalnum() else '_' for c in gr.name)}"
-        direct = direct_kernel(gr, graph, strategy.target, fname)
+        direct = direct_kernel(gr, graph, strategy.target, fname, tf32)
         if direct is not None:  # a hand-built kernel (the TMA wgmma GEMM of a linear layer on sm_90)
             func, args = direct
             funcs.append(func)

@@ -106,3 +106,15 @@ def test_match_linear_refuses_other_groups(rng) -> None:
     m.ir_version = 8
     model = ember.compile(m.SerializeToString(), target="cuda -arch=sm_90", use_cache=False)
     assert "wgmma" not in model.module.imported_modules[0].get_source("ptx")
+
+
+def test_tf32_precision_runs_float32_layers_on_tf32_wgmma(rng) -> None:
+    """``precision="tf32"``: a float32 linear layer runs on TF32 wgmma, its K x N weight
+    transposed once at compile time into a new N x K constant; without it float32 stays exact."""
+    data = _linear_model(rng, dtype=np.float32, rows=64, k=256, n=520)
+    model = ember.compile(data, target="cuda -arch=sm_90", precision="tf32", use_cache=False)
+    (step,) = _steps(model)
+    assert step["args"][0] == "x" and step["args"][1].endswith("__wT") and step["args"][2:] == ["b", "y"]
+    w = next(nh.to_array(t) for t in onnx.load_from_string(data).graph.initializer if t.name == "w")
+    np.testing.assert_array_equal(model.program.consts[step["args"][1]], w.T)
+    assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in model.module.imported_modules[0].get_source("ptx")
