@@ -28,6 +28,7 @@ from ..strategy import ConfigEntity, Strategy, host_strategy, strategy_for
 from ..target import Target
 from ..te import ComputeOp
 from ..te.rewrite import rewrite
+from .direct_kernels import direct_kernel
 
 _VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 
@@ -79,6 +80,16 @@ def lower_groups(
             continue
         if progress:
             progress(f"lowering {gr.name}", k + 1, len(groups))
+        fname = f"k{k}_{''.join(c if c.isalnum() else '_' for c in gr.name)}"
+        direct = direct_kernel(gr, graph, strategy.target, fname, tf32)
+        if direct is not None:  # a hand-built kernel (the TMA wgmma GEMM of a linear layer on sm_90)
+            func, args = direct
+            funcs.append(func)
+            steps.append({"kind": "kernel", "func": fname, "args": args, "nout": 1, **_node_info(gr),
+                          "cost": _cost_of(func, costs)})
+            if lowered is not None:
+                lowered(funcs, k + 1, len(groups))
+            continue
         reset_names()
         tensors: dict[str, te.Tensor] = {}
         params = []
@@ -102,7 +113,6 @@ def lower_groups(
             (o,) = strategy.lift_outputs([o])
             seen.add(id(o.op))
             fixed.append(o)
-        fname = f"k{k}_{''.join(c if c.isalnum() else '_' for c in gr.name)}"
         # Packed copies of constants (weights in the layout the GEMM kernels read) are computed
         # once, now, and read from new constants.
         consts = {id(t.op): name for name, t in zip(gr.inputs, params) if name in graph.consts}

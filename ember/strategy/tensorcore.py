@@ -476,6 +476,20 @@ def default_wgmma_tile(M: int, N: int, sms: int = 132, K: int = 0) -> WGTile:
     return WGTile(2, 128, 4, 1, 16, ws=2, sms=sms)
 
 
+def model_wgmma_tile(M: int, N: int, K: int, sms: int = 132) -> WGTile:
+    """The wgmma tiling of a model's product (:mod:`ember.model.direct_kernels`): that of
+    :func:`default_wgmma_tile`, except that a product whose 128 x 128 tiles would leave more than
+    half the multiprocessors idle (BERT-base's 128-row products: 6 to 24 tiles) also splits K, into
+    at most ``sms / tiles`` parts of at least 4 chunks each."""
+    tile = default_wgmma_tile(M, N, sms, K)
+    if tile.split_k > 1 or tile.cluster > 1:
+        return tile
+    tiles = -(-M // tile.bm) * -(-N // tile.bn)
+    parts = max(1, min(-(-K // 64) // 4, sms // tiles)) if 2 * tiles <= sms else 1
+    return WGTile(tile.warpgroups, tile.bn, tile.stages, tile.inflight, tile.group_m, ws=tile.ws, sms=sms,
+                  split_k=parts) if parts > 1 else tile
+
+
 def wgmma_applies(M: int, N: int, K: int, in_dtype: str, b_transposed: bool, target: Target) -> str | None:
     """Why the wgmma path does not apply to this GEMM on ``target`` (None when it does)."""
     if target.kind != "cuda" or target.mcpu not in ("sm_90", "sm_90a"):

@@ -8,6 +8,8 @@ within 1e-5."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -87,8 +89,9 @@ def test_precision_needs_an_onnx_model(rng) -> None:
 def test_tf32_changes_no_type_and_uses_tf32_tensor_cores(rng) -> None:
     model = block(rng)
     assert lower_precision(onnx.load_from_string(model), "tf32").SerializeToString() == model
-    compiled = ember.compile(model, target="cuda -arch=sm_90", precision="tf32")
-    asm = compiled.get_source("asm")
-    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in asm
+    compiled = ember.compile(model, target="cuda -arch=sm_80", precision="tf32")
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in compiled.get_source("asm")
+    hopper = ember.compile(model, target="cuda -arch=sm_90", precision="tf32")  # linear layers on TF32 wgmma
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k8\.f32\.tf32\.tf32", hopper.get_source("asm"))
     plain = ember.compile(model, target="cuda -arch=sm_90")
     assert "mma.sync" not in plain.get_source("asm")

@@ -35,6 +35,13 @@ def _round(x: np.ndarray, dt: str) -> np.ndarray:
     return x.astype(np.float16).astype(np.float64) if dt == "float16" else _bf16_round(x)
 
 
+def _linear_instr(cuda_dev, k: int, n: int, sync: str = "mma.sync.aligned.m16n8k16") -> str:
+    """The instruction a linear layer's product runs on: the TMA wgmma kernel on sm_90 when K and
+    N are multiples of 8 (``ember.model.direct_kernels``), else ``sync`` (the mma.sync schedule)."""
+    hopper = cuda_dev.attributes["arch"] in ("sm_90", "sm_90a")
+    return "wgmma.mma_async" if hopper and k % 8 == 0 and n % 8 == 0 else sync
+
+
 def _model(nodes, inputs, outputs, inits) -> bytes:
     m = h.make_model(h.make_graph(nodes, "g", inputs, outputs, inits), opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 8
@@ -49,8 +56,11 @@ def _tensor(name: str, x: np.ndarray, dt: str):
 
 
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
-@pytest.mark.parametrize("b,m,k,n", [(2, 128, 768, 768), (1, 77, 130, 65), (3, 5, 40, 300)])
+@pytest.mark.parametrize("b,m,k,n", [(2, 128, 768, 768), (1, 77, 130, 65), (3, 5, 40, 300), (1, 200, 1032, 520)])
 def test_matmul_bias_relu_on_tensor_cores(cuda_dev, dt, b, m, k, n) -> None:
+    """A linear layer (MatMul, bias, ReLU): on sm_90 with K and N multiples of 8 the TMA wgmma
+    kernel (``ember.model.direct_kernels``; 200 x 1032 x 520 splits K in 4 parts over two consumer
+    warpgroups), elsewhere the mma.sync schedule; against float64 with the rounding bound."""
     elem = T.FLOAT16 if dt == "float16" else T.BFLOAT16
     w = _round(rng.standard_normal((k, n)) * 0.1, dt)
     bias = _round(rng.standard_normal(n), dt)
@@ -59,8 +69,8 @@ def test_matmul_bias_relu_on_tensor_cores(cuda_dev, dt, b, m, k, n) -> None:
     model = _model(nodes, [h.make_tensor_value_info("x", elem, [b, m, k])],
                    [h.make_tensor_value_info("out", elem, None)], [_tensor("w", w, dt), _tensor("bias", bias, dt)])
     compiled = ember.compile(model, target="cuda")
-    src = compiled.get_source("asm")
-    assert "mma.sync.aligned.m16n8k16" in src, "the product did not run on tensor cores"
+    want = _linear_instr(cuda_dev, k, n)
+    assert want in compiled.get_source("asm"), f"the product did not run on {want}"
     x = _round(rng.standard_normal((b, m, k)), dt)
     (out,) = compiled(x=x.astype(np.float16 if dt == "float16" else np.dtype("bfloat16")))
     got = np.asarray(out).astype(np.float64)
@@ -81,7 +91,7 @@ def test_gemm_transposed_weights_on_tensor_cores(cuda_dev) -> None:
                    [h.make_tensor_value_info("out", T.FLOAT16, None)],
                    [_tensor("w", w, "float16"), _tensor("c", c, "float16")])
     compiled = ember.compile(model, target="cuda")
-    assert "mma.sync.aligned.m16n8k16" in compiled.get_source("asm")
+    assert _linear_instr(cuda_dev, k, n) in compiled.get_source("asm")
     x = _round(rng.standard_normal((m, k)), "float16")
     (out,) = compiled(x=x.astype(np.float16))
     mm = x @ w.T
@@ -178,6 +188,6 @@ def test_float32_model_in_reduced_precision_on_tensor_cores(cuda_dev, precision,
     x = rng.standard_normal((2, 16, 64)).astype(np.float32)
     (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     compiled = ember.compile(model, target="cuda", precision=precision)
-    assert "mma.sync.aligned.m16n8k" in compiled.get_source("asm")
+    assert _linear_instr(cuda_dev, 64, 64, "mma.sync.aligned.m16n8k") in compiled.get_source("asm")
     (got,) = compiled(x=x)
     assert got.dtype == np.float32 and np.abs(got - want).max() <= tol * np.abs(want).max()
