@@ -119,6 +119,8 @@ VEC = 4
 # and a thread's columns are whole vectors (_warp_shape); the row operand is then staged
 # transposed, so that a thread's rows are consecutive words.
 WARP_SHAPE = (4, 8)
+# Blocks of at least this many outputs unroll their whole reduction chunk, not just the register tile.
+UNROLL_CHUNK_OUTPUTS = 128 * 128
 
 
 class GPUStrategy(Strategy):
@@ -592,8 +594,9 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
     if unroll:
         s[cl].unroll(cm)
         s[cl].unroll(cn)
-        if warp is not None:
+        if warp is not None and BM * BN >= UNROLL_CHUNK_OUTPUTS:
             # the whole chunk unrolled: the shared loads of the next steps can be issued early
+            # (for large blocks only: unrolled everywhere, ResNet-50 compiled 2.3x slower)
             s[cl].unroll(ki)
             for r in red[1:]:
                 s[cl].unroll(r)

@@ -109,7 +109,9 @@ def test_conv_bn_relu_depthwise_pool_gemm_softmax(cuda_dev, rng) -> None:
         assert _rel_err(g_, w_) <= 1e-5
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 200, 1000), (77, 130, 65), (128, 64, 256), (3, 5, 7)])
+@pytest.mark.parametrize("m,k,n", [(1, 200, 1000), (77, 130, 65), (128, 64, 256), (3, 5, 7),
+                                   (600, 1000, 520),    # 128 x 128 blocks of 8 x 8, split-K
+                                   (2100, 700, 2000)])  # 256 x 128 blocks of 16 x 8 (XL_TILE)
 def test_matmul_sizes_that_no_tile_divides(cuda_dev, rng, m, k, n) -> None:
     w = nh.from_array(rng.standard_normal((k, n)).astype(np.float32), "w")
     b = nh.from_array(rng.standard_normal(n).astype(np.float32), "b")
