@@ -113,7 +113,7 @@ def test_conv_bn_relu_depthwise_pool_gemm_softmax(cuda_dev, rng) -> None:
                                    (2100, 700, 2000)])  # 256 x 128 blocks of 16 x 8 (XL_TILE)
 def test_large_float32_products_against_float64(cuda_dev, rng, m, k, n) -> None:
     """The large packed-GEMM tilings (4 x 8 warps, the rows staged transposed) at sizes no tile
-    or chunk divides, against float64 NumPy, output poisoned by the runtime's fresh buffers.
+    or chunk divides, against float64 NumPy.
     Bound: recursive float32 summation of K products, |error| <= K * 2^-24 * sum |x||w| (the
     worst case; these sums round about sqrt(K) times less). A wrong index or a lost chunk errs
     by the size of the product itself, ~sqrt(K) times the bound's scale."""
