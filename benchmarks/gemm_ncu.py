@@ -5,6 +5,12 @@ warm-up, clocks left free (``--clock-control none``). This is the profile behind
 the TMA kernel" table of ``docs/gpu.md``.
 
     python benchmarks/gemm_ncu.py [--dtype float16] [--m 4096 --n 4096 --k 4096] [--tn] [--out DIR] [--sass]
+    python benchmarks/gemm_ncu.py --sgemm fast|fast_w48|packed [--m ...]   # float32 on CUDA cores
+
+``--sgemm`` profiles a float32 product on CUDA cores against cuBLAS's with TF32 off instead:
+``fast`` is the hand-scheduled SGEMM of ``benchmarks/gpu_bench.py`` (``tests/gpu/kernels.py:
+gemm_fast``, bk 16, two stages), ``fast_w48`` the same with each warp a 4 x 8 patch of threads,
+``packed`` a one-node ONNX MatMul through the model compiler (the packed GEMM and its pack).
 
 With ``--sass`` it also samples warp stalls per SASS instruction of ember's kernel (``ncu --set
 full`` into a report, then its source page) and writes ``gemm_ncu_sass.csv`` (every instruction)
@@ -39,12 +45,17 @@ METRICS = {
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
     "lts__throughput.avg.pct_of_peak_sustained_elapsed": "l2_pct",
     "sm__cycles_elapsed.avg.per_second": "sm_clock",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma_pipe_active_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "occupancy_pct",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "shared_ld_wavefronts",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared_ld_bank_conflicts",
+    "smsp__inst_executed.sum": "instructions",
 }
 #: warp-stall reasons, per issued instruction
 STALLS = ("barrier", "long_scoreboard", "mio_throttle", "wait", "gmma", "math_pipe_throttle", "short_scoreboard",
           "dispatch_stall", "selected", "not_selected", "lg_throttle")
 #: kernels profiled: ember's (named below) and cuBLAS's (nvjet / sm90_xmma / cutlass names)
-KERNELS = "regex:ember_gemm|nvjet|sm90_xmma|cutlass|gemm"
+KERNELS = "regex:ember_gemm|nvjet|sm90_xmma|cutlass|gemm|matmul"
 
 
 def parse_ncu_csv(text: str) -> dict[str, dict[str, float]]:
@@ -88,6 +99,9 @@ def child(args: argparse.Namespace) -> None:
     import ember
     from ember.strategy.tensorcore import tensorcore_gemm
 
+    if args.sgemm:
+        sgemm_child(args)
+        return
     tdt = getattr(torch, args.dtype)
     A = torch.randn(args.m, args.k, device="cuda").to(tdt)
     B = (torch.randn(args.n, args.k, device="cuda") if args.tn else torch.randn(args.k, args.n, device="cuda")).to(tdt)
@@ -100,6 +114,48 @@ def child(args: argparse.Namespace) -> None:
     for _ in range(3):
         f(ea, eb, ec)
         torch.matmul(A, Bm, out=C)
+    torch.cuda.synchronize()
+
+
+def sgemm_child(args: argparse.Namespace) -> None:
+    """The ``--sgemm`` variant of :func:`child`: ember's float32 CUDA-core product named by
+    ``args.sgemm`` and cuBLAS's with TF32 off, warmed up, then one more call each."""
+    import torch
+
+    import ember
+
+    A = torch.randn(args.m, args.k, device="cuda")
+    B = torch.randn(args.k, args.n, device="cuda")
+    C = torch.empty(args.m, args.n, device="cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if args.sgemm == "packed":
+        from onnx import TensorProto, helper
+
+        g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "sgemm",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [args.m, args.k]),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, [args.k, args.n])],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        compiled = ember.compile(model.SerializeToString(), target="cuda")
+        ea, eb = ember.nd.from_dlpack(A), ember.nd.from_dlpack(B)
+
+        def run() -> None:
+            compiled.run_on_device(a=ea, b=eb)
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+        import kernels
+
+        s, a, _ = kernels.gemm_fast(args.m, args.n, args.k, bk=16, stages=2,
+                                    warp=(4, 8) if args.sgemm == "fast_w48" else None)
+        f = ember.build(s, a, target="cuda", name="ember_gemm")
+        ea, eb, ec = (ember.nd.from_dlpack(x) for x in (A, B, C))
+
+        def run() -> None:
+            f(ea, eb, ec)
+    for _ in range(3):
+        run()
+        torch.matmul(A, B, out=C)
     torch.cuda.synchronize()
 
 
@@ -151,10 +207,10 @@ def sass_profile(ncu: str, args: argparse.Namespace) -> None:
     """Sample warp stalls per SASS instruction of ember's kernel into ``gemm_ncu_sass.csv`` and
     ``gemm_ncu_sass.md`` under ``args.out``."""
     rep = Path(args.out) / "gemm_ncu_sass"
-    cmd = [ncu, "--clock-control", "none", "--kernel-name", "regex:ember_gemm", "--launch-skip", "2",
+    cmd = [ncu, "--clock-control", "none", "--kernel-name", "regex:ember_gemm|matmul", "--launch-skip", "2",
            "--launch-count", "1", "--set", "full", "--import-source", "no", "-f", "-o", str(rep),
            sys.executable, __file__, "--child", "--dtype", args.dtype, "--m", str(args.m), "--n", str(args.n),
-           "--k", str(args.k)] + (["--tn"] if args.tn else [])
+           "--k", str(args.k)] + (["--tn"] if args.tn else []) + (["--sgemm", args.sgemm] if args.sgemm else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode:
         print("gemm_ncu --sass: ncu failed:", proc.stdout[-2000:], proc.stderr[-2000:])
@@ -178,6 +234,8 @@ def main() -> int:
     ap.add_argument("--tn", action="store_true", help="B given as N x K (nn.Linear's layout; float32 needs it)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--sass", action="store_true", help="also sample stalls per SASS instruction of ember's kernel")
+    ap.add_argument("--sgemm", choices=("fast", "fast_w48", "packed"),
+                    help="profile a float32 CUDA-core product instead (see the module docstring)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -191,6 +249,7 @@ def main() -> int:
     cmd = [ncu, "--clock-control", "none", "--kernel-name", KERNELS, "--csv", "--page", "raw", "--print-units", "base",
            "--metrics", ",".join(metrics), sys.executable, __file__, "--child", "--dtype", args.dtype,
            "--m", str(args.m), "--n", str(args.n), "--k", str(args.k)] + (["--tn"] if args.tn else [])
+    cmd += ["--sgemm", args.sgemm] if args.sgemm else []
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     kernels = {name: summarise(raw) for name, raw in parse_ncu_csv(proc.stdout).items()}
     if proc.returncode or not kernels:
@@ -199,7 +258,8 @@ def main() -> int:
               "NVreg_RestrictProfilingToAdminUsers=0 or root)")
         return 1
     version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    results = {"case": f"{args.dtype} {args.m}x{args.n}x{args.k}{' TN' if args.tn else ''}", "host": machine(),
+    case = f"float32 CUDA cores ({args.sgemm})" if args.sgemm else args.dtype
+    results = {"case": f"{case} {args.m}x{args.n}x{args.k}{' TN' if args.tn else ''}", "host": machine(),
                "ncu": version[-1] if version else None, "kernels": kernels}
     lines = [f"# ncu: ember's default GEMM and cuBLAS, {results['case']}", "",
              "| kernel | duration (µs) | tensor pipe % | IPC | L2 hit % | DRAM % | L2 % | top stalls per issue |",

@@ -5,7 +5,7 @@ transformer's linear layers) compiled for ``cuda`` by ``ember.compile``; its ker
 CUPTI through ``torch.profiler`` (the sum of the GPU time of the kernels of one run: launch gaps
 are not counted, so the figure is the schedule's), next to ``torch.matmul`` timed the same way
 with TF32 off. ``--tiles`` restricts the packed GEMM's tilings to one at a time (the strategy's
-:data:`~ember.strategy.gpu.GEMM_TILES`, with no ``LARGE_TILE``), so each tiling of each shape is
+:data:`~ember.strategy.gpu.GEMM_TILES`, with no ``LARGE_TILE`` or ``XL_TILE``), so each tiling of each shape is
 measured as the default heuristic would run it (split-K included); ``--stages`` fixes the
 software pipeline's depth (``PIPELINE_STAGES``).
 
@@ -33,6 +33,7 @@ SHAPES = (
     (1, 512, 1024, 1024),
     (1, 2048, 2048, 2048),
     (12, 128, 64, 128),
+    (1, 4096, 4096, 4096),
 )
 
 
@@ -86,7 +87,7 @@ def main() -> int:
     tilings: list[tuple[int, int, int, int] | None] = [None, *_parse_tiles(args.tiles)]
     stage_counts: list[int | None] = [None, *(int(v) for v in args.stages.split(",") if v)]
     variants = [(None, None)] + [(t, st) for t in tilings[1:] for st in (stage_counts[1:] or [None])]
-    default_tiles, default_large = gpu_strategy.GEMM_TILES, gpu_strategy.LARGE_TILE
+    default_tiles, default_large, default_xl = gpu_strategy.GEMM_TILES, gpu_strategy.LARGE_TILE, gpu_strategy.XL_TILE
     default_stages = gpu_strategy.PIPELINE_STAGES
     rows_out = []
     for rows, m, k, n in SHAPES:
@@ -97,12 +98,13 @@ def main() -> int:
         flops = 2.0 * rows * m * k * n
         for tiling, stages in variants:
             if tiling is not None:
-                gpu_strategy.GEMM_TILES, gpu_strategy.LARGE_TILE = (tiling,), None
+                gpu_strategy.GEMM_TILES, gpu_strategy.LARGE_TILE, gpu_strategy.XL_TILE = (tiling,), None, None
             gpu_strategy.PIPELINE_STAGES = default_stages if stages is None else stages
             try:
                 model = ember.compile(onnx_bytes, target="cuda", use_cache=False)
             finally:
                 gpu_strategy.GEMM_TILES, gpu_strategy.LARGE_TILE = default_tiles, default_large
+                gpu_strategy.XL_TILE = default_xl
                 gpu_strategy.PIPELINE_STAGES = default_stages
             ex = ember.nd.array(x, dev)
             out = model.run_on_device(x=ex)

@@ -76,8 +76,16 @@ GEMM_TILES = ((64, 64, 4, 4), (32, 32, 2, 2), (16, 32, 1, 2), (16, 16, 1, 1))
 # (see gemm_split_k): on the H100 a 2048^3 product runs at 37.5 TFLOP/s in 128 x 128 blocks of
 # 8 x 8 per thread against 25.6 in 64 x 64 blocks. None: never.
 LARGE_TILE: tuple[int, int, int, int] | None = (128, 128, 8, 8)
+# Larger still, taken first wherever it launches MIN_BLOCKS blocks without a split: 256 x 128
+# blocks of 16 x 8 per thread halve the shared-memory wavefronts per multiply-add of 128 x 128
+# blocks of 8 x 8, which is what limits those (ncu on the H200: the shared-load pipe ~90 % busy;
+# cuBLAS's SGEMM runs 256 x 128 blocks). None: never.
+XL_TILE: tuple[int, int, int, int] | None = (256, 128, 16, 8)
 MIN_BLOCKS = 128
 BK_TAPS = 32
+# Blocks of at least 128 x 128 outputs take chunks of BK_TAPS_LARGE reduction steps instead: two
+# pipeline stages of them fit in 48 KB of shared memory.
+BK_TAPS_LARGE = 16
 # Split-K (gemm_split_k): a product whose largest tile launches fewer than MIN_BLOCKS blocks is
 # summed in up to MAX_SPLIT_K parts of at least SPLIT_K_MIN products each.
 MAX_SPLIT_K = 16
@@ -93,9 +101,9 @@ MATMUL_FLAT_OUTPUTS = 2048
 # What the knob space offers: threads along one block dimension, values per thread along it,
 # reduction chunks; and the limits of a legal point.
 THREAD_COUNTS = (1, 2, 4, 8, 16, 32)
-PER_THREAD = (1, 2, 4, 8)
+PER_THREAD = (1, 2, 4, 8, 16)
 BK_VALUES = (1, 2, 4, 8, 16, 32, 64)
-MAX_ACCUMULATORS = 64
+MAX_ACCUMULATORS = 128
 # Shared-memory slots of the software pipeline over the reduction chunks (1: none; see
 # Stage.pipeline): the copies of the next chunks overlap this one's arithmetic. The default is
 # default_stages's; PIPELINE_STAGES (None: that heuristic) fixes it for an experiment.
@@ -107,6 +115,12 @@ PANEL_BYTES = 128
 # Shared memory: 32 banks of 4 bytes; a 128-bit load covers VEC float32 values.
 BANKS = 32
 VEC = 4
+# A packed GEMM warp as a patch of 4 x 8 thread tiles (rows x columns) where that tiles the block
+# and a thread's columns are whole vectors (_warp_shape); the row operand is then staged
+# transposed, so that a thread's rows are consecutive words.
+WARP_SHAPE = (4, 8)
+# Blocks of at least this many outputs unroll their whole reduction chunk, not just the register tile.
+UNROLL_CHUNK_OUTPUTS = 128 * 128
 
 
 class GPUStrategy(Strategy):
@@ -416,6 +430,8 @@ def default_gemm_tile(nb: int, nm: int, nn: int, nr: int) -> tuple[int, int, int
     """The heuristic tiling ``(BM, BN, TM, TN)`` of a packed GEMM with ``nb`` x ``nm`` x ``nn``
     outputs: :data:`LARGE_TILE` when it launches :data:`MIN_BLOCKS` blocks, else the largest of
     :data:`GEMM_TILES` that does, else the one that launches the most."""
+    if XL_TILE is not None and XL_TILE[1] % nr == 0 and nb * -(-nm // XL_TILE[0]) * -(-nn // XL_TILE[1]) >= MIN_BLOCKS:
+        return XL_TILE
     if _large_tile_split(nb, nm, nn, nr, 1, 1) == 1:
         return LARGE_TILE
     tiles = _gemm_tiles(nr)
@@ -467,7 +483,7 @@ def packed_gemm_space(op: ComputeOp, target: Target) -> ConfigSpace:
     space.define_split("tile_n", nn, num_outputs=3, policy="candidate", candidate=splits, default=(-1, BN // TN, TN))
     # Chunks of about BK_TAPS reduction steps; a divisor of the first reduction axis when one is
     # close, so that no chunk is partial.
-    want = max(1, BK_TAPS // taps)
+    want = max(1, (BK_TAPS_LARGE if BM * BN >= 128 * 128 else BK_TAPS) // taps)
     divisors = [d for d in range(1, min(want, c0) + 1) if c0 % d == 0]
     bk = divisors[-1] if divisors and 2 * divisors[-1] >= want else min(want, c0)
     space.define_knob("bk", sorted({v for v in BK_VALUES if v <= c0} | {bk}), default=bk)
@@ -518,17 +534,38 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
     t = op.output(0)
     readers = [t]
     inputs = list(dict.fromkeys(op.input_tensors))
-    shared = [s.cache_read(x, "shared", readers) for x in inputs]
+    _, ty_n, TM = cfg["tile_m"].size
+    _, tx_n, TN = cfg["tile_n"].size
+    nr = int(op.attrs.get("nr", 1)) if op.attrs else 1
+    rows = _row_operand_axes(op)
+    transpose = _warp_shape(ty_n, tx_n, TN) is not None and TM % VEC == 0
+
+    def staged(x: Tensor) -> Tensor:
+        if transpose and id(x.op) in rows:
+            pos = rows[id(x.op)]
+            order = [d for d in range(len(x.shape)) if d != pos] + [pos]
+            return s.cache_read(x, "shared", readers, axes=order)
+        return s.cache_read(x, "shared", readers)
+
+    shared = [staged(x) for x in inputs]
     cl = s.cache_write(t, "local")
     st = s[t]
     b, m, n = st.op.axis
-    _, ty_n, TM = cfg["tile_m"].size
-    _, tx_n, TN = cfg["tile_n"].size
     BM, BN = ty_n * TM, tx_n * TN
     unroll = bool(cfg["unroll"].val)
     mo, no, mi, ni = st.tile(m, n, BM, BN)
     ty, ti = st.split(mi, nparts=ty_n)
-    if TN > VEC and TN % VEC == 0:
+    warp = _warp_shape(ty_n, tx_n, TN)
+    if warp is not None:
+        # Each warp a WARP_M x WARP_N patch of thread tiles, a thread's TN columns contiguous:
+        # threadIdx.x is the lane, threadIdx.y the warp.
+        tx, tj = st.split(ni, nparts=tx_n)
+        wy, ly = st.split(ty, factor=warp[0])
+        wx, lx = st.split(tx, factor=warp[1])
+        st.reorder(b, mo, no, wy, wx, ly, lx, ti, tj)
+        ty, tx = st.fuse(wy, wx), st.fuse(ly, lx)
+        inner = [ti, tj]
+    elif TN > VEC and TN % VEC == 0:
         # A thread's columns in groups of VEC, the groups BN / (TN / VEC) apart: each group is
         # one 128-bit shared load, and a quarter warp's loads fall on distinct banks.
         tjo, rest = st.split(ni, nparts=TN // VEC)
@@ -537,7 +574,8 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
     else:
         tx, tj = st.split(ni, nparts=tx_n)
         inner = [ti, tj]
-    st.reorder(b, mo, no, ty, tx, *inner)
+    if warp is None:
+        st.reorder(b, mo, no, ty, tx, *inner)
     if len(inner) == 3:
         tj = st.fuse(inner[1], inner[2])
     st.bind(b, te.thread_axis("blockIdx.z"))
@@ -556,23 +594,53 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
     if unroll:
         s[cl].unroll(cm)
         s[cl].unroll(cn)
+        if warp is not None and BM * BN >= UNROLL_CHUNK_OUTPUTS:
+            # the whole chunk unrolled: the shared loads of the next steps can be issued early
+            # (for large blocks only: unrolled everywhere, ResNet-50 compiled 2.3x slower)
+            s[cl].unroll(ki)
+            for r in red[1:]:
+                s[cl].unroll(r)
     nthreads = ty_n * tx_n
-    rows = _row_operand_axes(op)
+    lanes = 32 if warp is not None else tx_n
     for x, sh in zip(inputs, shared):
         s[sh].compute_at(s[cl], ko)
-        if id(x.op) in rows:
+        axes = list(s[sh].op.axis)
+        if id(x.op) in rows and warp is not None and TM % VEC == 0:
+            # Stored transposed (rows last, see below): a thread's TM rows are consecutive
+            # words, read as 128-bit loads; each reduction step's row of BM words is padded by
+            # VEC words so that the staging stores spread over the banks. The copy walks the
+            # operand in its own order (reduction innermost: coalesced global reads).
+            s[sh].storage_align(axes[-2], BANKS, VEC)
+            axes = [axes[-1]] + axes[:-1]
+        elif id(x.op) in rows:
             # Rows one stride apart plus one: the threads of a warp that read different rows
             # (TM rows apart) hit different banks.
             s[sh].storage_align(s[sh].op.axis[rows[id(x.op)]], BANKS, 1)
-        axes = list(s[sh].op.axis)
+        if len(axes) > 1:
+            s[sh].reorder(*axes)
         fused = s[sh].fuse(*axes) if len(axes) > 1 else axes[0]
+        if warp is not None and id(x.op) not in rows and nr % VEC == 0 and len(axes) > 1:
+            # the packed operand's panel rows copied as 128-bit vectors (cp.async.cg when pipelined)
+            fused, vec = s[sh].split(fused, factor=VEC)
+            s[sh].vectorize(vec)
         fo, fi = s[sh].split(fused, factor=nthreads)
-        fy, fx = s[sh].split(fi, factor=tx_n)
+        fy, fx = s[sh].split(fi, factor=lanes)
         s[sh].bind(fy, te.thread_axis("threadIdx.y"))
         s[sh].bind(fx, te.thread_axis("threadIdx.x"))
     stages = int(cfg["stages"].val)
     if stages > 1:
         s[cl].pipeline(ko, stages)
+
+
+def _warp_shape(ty_n: int, tx_n: int, tn: int) -> tuple[int, int] | None:
+    """The ``(rows, columns)`` of thread tiles that one warp of a packed GEMM block of
+    ``ty_n x tx_n`` threads covers: :data:`WARP_SHAPE` when it tiles the block and a thread's
+    ``tn`` columns are whole 128-bit loads, else None (the threads of a warp then run along the
+    columns, ``threadIdx.x`` being the column of a thread tile)."""
+    wm, wn = WARP_SHAPE
+    if ty_n % wm or tx_n % wn or tn % VEC:
+        return None
+    return WARP_SHAPE
 
 
 def _row_operand_axes(op: ComputeOp) -> dict[int, int]:

@@ -477,17 +477,23 @@ class Schedule:
         self._by_op[new_op] = stage
 
     # -- storage rewrites -------------------------------------------------------------------------
-    def cache_read(self, tensor: Tensor, scope: str, readers: Sequence[Any]) -> Tensor:
+    def cache_read(self, tensor: Tensor, scope: str, readers: Sequence[Any],
+                   axes: Sequence[int] | None = None) -> Tensor:
         """A copy of ``tensor`` in ``scope`` (``"shared"``, ``"local"``, ``"global"``) that the
         given readers read instead of ``tensor``. Returns the cache tensor (schedule it with
-        compute_at)."""
+        compute_at). ``axes``, a permutation of ``tensor``'s dimensions, stores the copy with
+        its dimensions in that order (``(1, 0)``: a matrix transposed, so that a reader walking
+        down a column reads consecutive words); the readers' indices are permuted to match."""
         if scope not in SCOPES:
             raise ScheduleError(f"cache_read of {tensor.name}: unknown scope {scope!r} ({', '.join(SCOPES)})")
+        if axes is not None and sorted(axes) != list(range(len(tensor.shape))):
+            raise ScheduleError(f"cache_read of {tensor.name}: axes {tuple(axes)} is not a permutation of its "
+                                f"{len(tensor.shape)} dimensions")
         if isinstance(readers, (Tensor, Operation)):
             readers = [readers]
         producer = self[tensor]
         name = f"{tensor.name}.{scope}"
-        cache = _copy_compute(tensor, name)
+        cache = _copy_compute(tensor, name, None if axes is None else tuple(axes))
         reader_stages = []
         for r in readers:
             st = self[r]
@@ -497,8 +503,9 @@ class Schedule:
         cache_stage = Stage(cache.op, self)
         cache_stage.scope = scope
         self._add(cache_stage, after=producer)
+        perm = None if axes is None else tuple(axes)
         for st in reader_stages:
-            self._replace_op(st, _replace_reads(st.op, {self._key(tensor): cache}, self))
+            self._replace_op(st, _replace_reads(st.op, {self._key(tensor): cache}, self, perm))
         return cache
 
     def _key(self, t: Tensor) -> tuple[Stage, int]:
@@ -631,21 +638,25 @@ def root_value_map(
 
 
 class _ReadReplacer(LoadMutator):
-    def __init__(self, mapping: dict[tuple[Stage, int], Tensor], schedule: Schedule):
+    def __init__(self, mapping: dict[tuple[Stage, int], Tensor], schedule: Schedule,
+                 perm: tuple[int, ...] | None = None):
         self.mapping = mapping
         self.schedule = schedule
+        self.perm = perm
 
     def visit_ProducerLoad(self, e: E.ProducerLoad) -> E.PrimExpr:
         e = self.generic_mutate(e)
         st = self.schedule._by_op.get(e.producer.op)
         new = self.mapping.get((st, e.producer.value_index)) if st is not None else None
         if new is not None:
-            return E.ProducerLoad(new, e.indices, e.dtype)
+            idx = e.indices if self.perm is None else tuple(e.indices[p] for p in self.perm)
+            return E.ProducerLoad(new, idx, e.dtype)
         return e
 
 
-def _replace_reads(op: ComputeOp, mapping: dict[tuple[Stage, int], Tensor], schedule: Schedule) -> ComputeOp:
-    rep = _ReadReplacer(mapping, schedule)
+def _replace_reads(op: ComputeOp, mapping: dict[tuple[Stage, int], Tensor], schedule: Schedule,
+                   perm: tuple[int, ...] | None = None) -> ComputeOp:
+    rep = _ReadReplacer(mapping, schedule, perm)
     body = [rep.visit(b) for b in op.body]
     # Keep one Reduce object shared by multi-output reductions.
     return ComputeOp(op.name, op.tag, op.axis, tuple(body), op.attrs)
@@ -655,9 +666,16 @@ def _inputs_of(op: ComputeOp, schedule: Schedule) -> list[Tensor]:
     return op.input_tensors
 
 
-def _copy_compute(tensor: Tensor, name: str) -> Tensor:
-    axis = tuple(IterVar(Range(E.const(0), s), E.Var(f"ax{k}"), IterKind.DATA_PAR) for k, s in enumerate(tensor.shape))
-    body = (tensor[tuple(iv.var for iv in axis)],)
+def _copy_compute(tensor: Tensor, name: str, perm: tuple[int, ...] | None = None) -> Tensor:
+    """``name[ax...] = tensor[...]``: a copy of ``tensor``, its dimensions in the order ``perm``
+    (cache dimension ``k`` is ``tensor``'s dimension ``perm[k]``)."""
+    perm = perm or tuple(range(len(tensor.shape)))
+    axis = tuple(IterVar(Range(E.const(0), tensor.shape[p]), E.Var(f"ax{k}"), IterKind.DATA_PAR)
+                 for k, p in enumerate(perm))
+    src = [None] * len(perm)
+    for k, p in enumerate(perm):
+        src[p] = axis[k].var
+    body = (tensor[tuple(src)],)
     return ComputeOp(name, "cache", axis, body).output(0)
 
 

@@ -173,11 +173,15 @@ def gemm_tiled(M: int, N: int, K: int, tile: int = 16) -> Kernel:
 
 
 def gemm_fast(M: int, N: int, K: int, bm: int = 128, bn: int = 128, bk: int = 8, tm: int = 8, tn: int = 8,
-              stages: int = 1) -> Kernel:
+              stages: int = 1, warp: tuple[int, int] | None = None) -> Kernel:
     """SGEMM ``C = A @ B`` tiled for speed: a ``bm x bn`` block tile staged through shared
     memory (A transposed on the way so both operands are read as 128-bit vectors), a
     ``tm x tn`` register tile per thread, the reduction blocked by ``bk``; with ``stages`` > 1
-    the staging is software-pipelined (``cp.async`` into that many slots)."""
+    the staging is software-pipelined (``cp.async`` into that many slots). ``warp=(wm, wn)``
+    (``wm * wn == 32``) arranges each warp's threads as ``wm x wn`` (``threadIdx.x``: the lane,
+    ``threadIdx.y``: the warp) instead of two rows of ``bn / tn``: with 4 x 8 a warp's 128-bit
+    shared loads of B touch 8 distinct 16-byte chunks (2 wavefronts) instead of 16 at a 32-byte
+    stride (4)."""
     A = te.placeholder((M, K), name="A")
     B = te.placeholder((K, N), name="B")
     AT = te.compute((K, M), lambda k, i: A[i, k], name="AT")
@@ -193,7 +197,15 @@ def gemm_fast(M: int, N: int, K: int, bm: int = 128, bn: int = 128, bk: int = 8,
     by, bx, ii, jj = s[C].tile(C.op.axis[0], C.op.axis[1], bm, bn)
     ty, ti = s[C].split(ii, factor=tm)
     tx, tj = s[C].split(jj, factor=tn)
-    s[C].reorder(by, bx, ty, tx, ti, tj)
+    if warp is None:
+        s[C].reorder(by, bx, ty, tx, ti, tj)
+    else:
+        wm, wn = warp
+        wy, ly = s[C].split(ty, factor=wm)
+        wx, lx = s[C].split(tx, factor=wn)
+        s[C].reorder(by, bx, wy, wx, ly, lx, ti, tj)
+        ty, tx = s[C].fuse(wy, wx), s[C].fuse(ly, lx)
+        ty_n, tx_n = (bm // tm) * (bn // tn) // 32, 32
     s[C].bind(by, te.thread_axis("blockIdx.y"))
     s[C].bind(bx, te.thread_axis("blockIdx.x"))
     s[C].bind(ty, te.thread_axis("threadIdx.y"))

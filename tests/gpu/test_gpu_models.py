@@ -109,6 +109,25 @@ def test_conv_bn_relu_depthwise_pool_gemm_softmax(cuda_dev, rng) -> None:
         assert _rel_err(g_, w_) <= 1e-5
 
 
+@pytest.mark.parametrize("m,k,n", [(600, 1000, 520),    # 128 x 128 blocks of 8 x 8, split-K
+                                   (2100, 700, 2000)])  # 256 x 128 blocks of 16 x 8 (XL_TILE)
+def test_large_float32_products_against_float64(cuda_dev, rng, m, k, n) -> None:
+    """The large packed-GEMM tilings (4 x 8 warps, the rows staged transposed) at sizes no tile
+    or chunk divides, against float64 NumPy.
+    Bound: recursive float32 summation of K products, |error| <= K * 2^-24 * sum |x||w| (the
+    worst case; these sums round about sqrt(K) times less). A wrong index or a lost chunk errs
+    by the size of the product itself, ~sqrt(K) times the bound's scale."""
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    model = _model([h.make_node("MatMul", ["x", "w"], ["out"])], [h.make_tensor_value_info("x", T.FLOAT, [m, k])],
+                   [h.make_tensor_value_info("out", T.FLOAT, None)], [nh.from_array(w, "w")])
+    x = _f32(rng, m, k)
+    (got,) = ember.compile(model, target="cuda")(x=x)
+    ref = x.astype(np.float64) @ w.astype(np.float64)
+    bound = k * 2.0**-24 * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64))
+    assert got.shape == (m, n) and np.all(np.isfinite(got))
+    assert np.all(np.abs(got - ref) <= bound), float(np.max(np.abs(got - ref) / bound))
+
+
 @pytest.mark.parametrize("m,k,n", [(1, 200, 1000), (77, 130, 65), (128, 64, 256), (3, 5, 7)])
 def test_matmul_sizes_that_no_tile_divides(cuda_dev, rng, m, k, n) -> None:
     w = nh.from_array(rng.standard_normal((k, n)).astype(np.float32), "w")

@@ -97,10 +97,13 @@ def test_gemm_tiled_shared_memory(cuda_dev, tmp_path):
     assert rel_err(run(f, cuda_dev, [a, b], (256, 192)), ref(a, b)) < 1e-5
 
 
-@pytest.mark.parametrize("mnk", [(512, 512, 512), (256, 384, 1024)])
-def test_gemm_fast(cuda_dev, tmp_path, mnk):
+@pytest.mark.parametrize("mnk,extra", [
+    ((512, 512, 512), {}), ((256, 384, 1024), {}),
+    ((512, 384, 1024), {"bm": 256, "bn": 128, "tm": 16, "tn": 8, "warp": (4, 8), "bk": 16, "stages": 2}),
+])
+def test_gemm_fast(cuda_dev, tmp_path, mnk, extra):
     M, N, Kd = mnk
-    f, ref = build(K.gemm_fast(M, N, Kd), "sgemm", tmp_path)
+    f, ref = build(K.gemm_fast(M, N, Kd, **extra), "sgemm", tmp_path)
     a = rng.standard_normal((M, Kd)).astype("float32")
     b = rng.standard_normal((Kd, N)).astype("float32")
     assert rel_err(run(f, cuda_dev, [a, b], (M, N)), ref(a, b)) < 1e-5

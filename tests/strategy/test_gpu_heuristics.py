@@ -161,3 +161,37 @@ def test_split_tensorcore_accumulator_computes_the_same_product(parts: int) -> N
     want = av.astype(np.float64) @ bv.astype(np.float64)
     # float32 accumulation of float16 products, parts added in another order: float32 rounding
     np.testing.assert_allclose(got[:, :m, :n], want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, tile", [
+    ((1, 4096, 4096), (256, 128, 16, 8)),  # 512 blocks of the XL tile
+    ((1, 2048, 2048), (256, 128, 16, 8)),  # 128 of them
+    ((1, 1024, 2048), (128, 128, 8, 8)),   # 64 XL blocks only: 128 of 128 x 128
+    ((1, 128, 768), (16, 32, 1, 2)),       # BERT's 128 rows unsplit (split-K parts count as batch)
+    ((6, 128, 768), (64, 64, 4, 4)),       # ... in 6 parts: 4 x 8 warps, the rows transposed
+])
+def test_packed_gemm_tiles(shape: tuple[int, int, int], tile: tuple[int, int, int, int]) -> None:
+    from ember.strategy.gpu import default_gemm_tile
+
+    assert default_gemm_tile(*shape, 32) == tile
+
+
+def test_large_packed_gemm_stages_its_row_operand_transposed() -> None:
+    """A float32 MatMul on 256 x 128 blocks (XL_TILE): the row operand's shared copy is
+    [chunk, 256 + 4] (rows last, so a thread's 16 rows are four 128-bit loads; two pipeline
+    stages of chunks of 16, each row of 256 padded by 4 words against bank conflicts), each warp a 4 x 8
+    patch of thread tiles (threadIdx.x 32 lanes, threadIdx.y 8 warps), the packed operand
+    copied with 16-byte cp.async, and ptxas fits it without spilling."""
+    n = 2048
+    g = h.make_graph([h.make_node("MatMul", ["a", "b"], ["c"])], "g",
+                     [h.make_tensor_value_info("a", T.FLOAT, [n, n]), h.make_tensor_value_info("b", T.FLOAT, [n, n])],
+                     [h.make_tensor_value_info("c", T.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    compiled = ember.compile(m.SerializeToString(), target="cuda -arch=sm_90")
+    ir = compiled.get_source("ir")
+    assert f"p_0.shared = allocate(float32, [{2 * 16 * (256 + 4)}], scope='shared')" in ir
+    assert "in range(32):  # bound to threadIdx.x" in ir and "in range(8):  # bound to threadIdx.y" in ir
+    ptx = compiled.get_source("asm")
+    assert "ld.shared.v4.b32" in ptx and "cp.async.cg.shared.global" in ptx
+    assert " 0 bytes spill stores" in compiled.get_source("ptxas")
