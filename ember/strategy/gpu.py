@@ -119,8 +119,11 @@ VEC = 4
 # and a thread's columns are whole vectors (_warp_shape); the row operand is then staged
 # transposed, so that a thread's rows are consecutive words.
 WARP_SHAPE = (4, 8)
-# Blocks of at least this many outputs unroll their whole reduction chunk, not just the register tile.
-UNROLL_CHUNK_OUTPUTS = 128 * 128
+# ... for register tiles of fewer outputs than this: 64 x 64 blocks of 4 x 4 (BERT's split
+# products 1.1x faster on the H200, ResNet-50 fp32 1.08x); 128 x 128 blocks of 8 x 8 measured
+# slower with it (512 x 1024 x 1024 in 4 parts 45.5 -> 56.1 us, 2048^3 451 -> 467 us) and
+# 256 x 128 blocks of 16 x 8 the same (4096^3 3405 us either way).
+WARP_TILE_OUTPUTS = 64
 
 
 class GPUStrategy(Strategy):
@@ -538,7 +541,7 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
     _, tx_n, TN = cfg["tile_n"].size
     nr = int(op.attrs.get("nr", 1)) if op.attrs else 1
     rows = _row_operand_axes(op)
-    transpose = _warp_shape(ty_n, tx_n, TN) is not None and TM % VEC == 0
+    transpose = _warp_shape(ty_n, tx_n, TM, TN) is not None and TM % VEC == 0
 
     def staged(x: Tensor) -> Tensor:
         if transpose and id(x.op) in rows:
@@ -555,7 +558,7 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
     unroll = bool(cfg["unroll"].val)
     mo, no, mi, ni = st.tile(m, n, BM, BN)
     ty, ti = st.split(mi, nparts=ty_n)
-    warp = _warp_shape(ty_n, tx_n, TN)
+    warp = _warp_shape(ty_n, tx_n, TM, TN)
     if warp is not None:
         # Each warp a WARP_M x WARP_N patch of thread tiles, a thread's TN columns contiguous:
         # threadIdx.x is the lane, threadIdx.y the warp.
@@ -594,12 +597,6 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
     if unroll:
         s[cl].unroll(cm)
         s[cl].unroll(cn)
-        if warp is not None and BM * BN >= UNROLL_CHUNK_OUTPUTS:
-            # the whole chunk unrolled: the shared loads of the next steps can be issued early
-            # (for large blocks only: unrolled everywhere, ResNet-50 compiled 2.3x slower)
-            s[cl].unroll(ki)
-            for r in red[1:]:
-                s[cl].unroll(r)
     nthreads = ty_n * tx_n
     lanes = 32 if warp is not None else tx_n
     for x, sh in zip(inputs, shared):
@@ -632,13 +629,14 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
         s[cl].pipeline(ko, stages)
 
 
-def _warp_shape(ty_n: int, tx_n: int, tn: int) -> tuple[int, int] | None:
+def _warp_shape(ty_n: int, tx_n: int, tm: int, tn: int) -> tuple[int, int] | None:
     """The ``(rows, columns)`` of thread tiles that one warp of a packed GEMM block of
-    ``ty_n x tx_n`` threads covers: :data:`WARP_SHAPE` when it tiles the block and a thread's
-    ``tn`` columns are whole 128-bit loads, else None (the threads of a warp then run along the
-    columns, ``threadIdx.x`` being the column of a thread tile)."""
+    ``ty_n x tx_n`` threads with ``tm x tn`` register tiles covers: :data:`WARP_SHAPE` when it
+    tiles the block, a thread's ``tn`` columns are whole 128-bit loads and the register tile has
+    fewer than :data:`WARP_TILE_OUTPUTS` outputs, else None (the threads of a warp then run along
+    the columns, ``threadIdx.x`` being the column of a thread tile)."""
     wm, wn = WARP_SHAPE
-    if ty_n % wm or tx_n % wn or tn % VEC:
+    if ty_n % wm or tx_n % wn or tn % VEC or tm * tn >= WARP_TILE_OUTPUTS:
         return None
     return WARP_SHAPE
 

@@ -176,22 +176,32 @@ def test_packed_gemm_tiles(shape: tuple[int, int, int], tile: tuple[int, int, in
     assert default_gemm_tile(*shape, 32) == tile
 
 
-def test_large_packed_gemm_stages_its_row_operand_transposed() -> None:
-    """A float32 MatMul on 256 x 128 blocks (XL_TILE): the row operand's shared copy is
-    [chunk, 256 + 4] (rows last, so a thread's 16 rows are four 128-bit loads; two pipeline
-    stages of chunks of 16, each row of 256 padded by 4 words against bank conflicts), each warp a 4 x 8
-    patch of thread tiles (threadIdx.x 32 lanes, threadIdx.y 8 warps), the packed operand
-    copied with 16-byte cp.async, and ptxas fits it without spilling."""
-    n = 2048
+def _matmul_ir(m: int, k: int, n: int) -> ember.Model:
     g = h.make_graph([h.make_node("MatMul", ["a", "b"], ["c"])], "g",
-                     [h.make_tensor_value_info("a", T.FLOAT, [n, n]), h.make_tensor_value_info("b", T.FLOAT, [n, n])],
+                     [h.make_tensor_value_info("a", T.FLOAT, [m, k]), h.make_tensor_value_info("b", T.FLOAT, [k, n])],
                      [h.make_tensor_value_info("c", T.FLOAT, None)])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    compiled = ember.compile(m.SerializeToString(), target="cuda -arch=sm_90")
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return ember.compile(model.SerializeToString(), target="cuda -arch=sm_90")
+
+
+def test_packed_gemm_warps_stage_the_row_operand_transposed() -> None:
+    """BERT's 128 x 768 x 3072 float32 product (6 split-K parts of 64 x 64 blocks, 4 x 4 per
+    thread): each warp a 4 x 8 patch of thread tiles (threadIdx.x 32 lanes, threadIdx.y 8
+    warps), the row operand's shared copy transposed to [chunk of 32, 64 + 4] (two pipeline
+    stages; rows last, so a thread's 4 rows are one 128-bit load; each row padded by 4 words),
+    the packed operand copied by 16-byte cp.async, and no spills. A 2048^2 product takes
+    256 x 128 blocks of 16 x 8 per thread (XL_TILE) in the older layout."""
+    compiled = _matmul_ir(128, 768, 3072)
     ir = compiled.get_source("ir")
-    assert f"p_0.shared = allocate(float32, [{2 * 16 * (256 + 4)}], scope='shared')" in ir
+    assert f"p_0.shared = allocate(float32, [{2 * 32 * (64 + 4)}], scope='shared')" in ir
     assert "in range(32):  # bound to threadIdx.x" in ir and "in range(8):  # bound to threadIdx.y" in ir
     ptx = compiled.get_source("asm")
     assert "ld.shared.v4.b32" in ptx and "cp.async.cg.shared.global" in ptx
     assert " 0 bytes spill stores" in compiled.get_source("ptxas")
+    big = _matmul_ir(2048, 2048, 2048)
+    # 16 rows per thread; the older layout's column groups (4 + 4, half a block apart) make the
+    # accumulator's bounding box 68 columns wide, of which LLVM keeps the 8 that are stored
+    assert "_gemm_3.local = allocate(float32, [1, 16, 68], scope='local')" in big.get_source("ir")
+    assert big.get_source("asm").count("fma.rn.f32") >= 16 * 8  # one reduction step of the 16 x 8 tile
+    assert " 0 bytes spill stores" in big.get_source("ptxas")
