@@ -336,6 +336,28 @@ def test_cache_read(kernel, rng, scope):
     np.testing.assert_array_equal(b, a + np.roll(a, -1, axis=1))
 
 
+@pytest.mark.parametrize("scope", ["global", "local"])
+def test_cache_read_permuted(kernel, rng, scope):
+    """``cache_read(..., axes=)``: a 3-D operand stored with its dimensions permuted, read by a
+    reduction and attached inside a split loop; the copy's shape follows the permutation and the
+    result matches NumPy. A repeated or missing dimension is a ScheduleError."""
+    A = te.placeholder((7, 5, 3), name="A")
+    k = te.reduce_axis((0, 3), name="k")
+    B = te.compute((7, 5), lambda i, j: te.sum(A[i, j, k] * (k + 1).astype("float32"), axis=k), name="B")
+    s = te.create_schedule(B.op)
+    AT = s.cache_read(A, scope, [B], axes=(2, 0, 1))
+    assert [x.value for x in AT.shape] == [3, 7, 5]
+    io, ii = s[B].split(B.op.axis[0], factor=3)
+    s[AT].compute_at(s[B], io)
+    a = rng.standard_normal((7, 5, 3)).astype("float32")
+    (b,) = kernel(s, [A, B], [a], [((7, 5), "float32")])
+    want = a.astype(np.float64) @ np.array([1.0, 2.0, 3.0])
+    kernel.assert_fp(b, want, np.abs(a).astype(np.float64) @ np.array([1.0, 2.0, 3.0]))
+    for bad in ((0, 0, 1), (0, 1)):
+        with pytest.raises(ember.ScheduleError, match="is not a permutation"):
+            te.create_schedule(B.op).cache_read(A, scope, [B], axes=bad)
+
+
 @pytest.mark.parametrize("attach", [False, True])
 def test_cache_write(kernel, rng, attach):
     M, N, K = 11, 13, 7

@@ -17,11 +17,14 @@
   ``TM x TN`` register tile per thread, the first reduction axis blocked in chunks of ``bk`` so
   that both operands' tiles are staged through shared memory. Its knobs are ``tile_m`` and
   ``tile_n`` (splits of the output rows and columns into blocks x threads x per-thread values),
-  ``bk`` and ``unroll``; legal points keep the block within 256 threads, the staged tiles within
-  the target's shared memory, the register tile within 64 accumulators, and a block's columns on
-  whole panels of the packed operand. The default point is the heuristic: the largest of
+  ``bk``, ``unroll`` and ``stages``; legal points keep the block within 256 threads, the staged
+  tiles within the target's shared memory, the register tile within 128 accumulators, and a
+  block's columns on whole panels of the packed operand. The default point is the heuristic:
+  :data:`XL_TILE` or :data:`LARGE_TILE` where they fill the GPU, else the largest of
   :data:`GEMM_TILES` that still gives :data:`MIN_BLOCKS` blocks (16 x 16 threads), chunks of about
-  :data:`BK_TAPS` multiply-adds.
+  :data:`BK_TAPS` multiply-adds (:data:`BK_TAPS_LARGE` for blocks of 128 x 128 and more). Small
+  register tiles run their warps as 4 x 8 patches of thread tiles with the row operand staged
+  transposed (:data:`WARP_SHAPE`).
 
 The model compiler also asks the strategy to compute a 0-d output as a one-element vector
 (:meth:`GPUStrategy.lift_outputs`), to give every intermediate scalar reduction an axis
