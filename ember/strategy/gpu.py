@@ -544,7 +544,9 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
     _, tx_n, TN = cfg["tile_n"].size
     nr = int(op.attrs.get("nr", 1)) if op.attrs else 1
     rows = _row_operand_axes(op)
-    transpose = _warp_shape(ty_n, tx_n, TM, TN) is not None and TM % VEC == 0
+    warp = _warp_shape(ty_n, tx_n, TM, TN)
+    # with warps as patches, the row operand is staged transposed (see the staging loop below)
+    transpose = warp is not None and TM % VEC == 0
 
     def staged(x: Tensor) -> Tensor:
         if transpose and id(x.op) in rows:
@@ -561,7 +563,6 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
     unroll = bool(cfg["unroll"].val)
     mo, no, mi, ni = st.tile(m, n, BM, BN)
     ty, ti = st.split(mi, nparts=ty_n)
-    warp = _warp_shape(ty_n, tx_n, TM, TN)
     if warp is not None:
         # Each warp a WARP_M x WARP_N patch of thread tiles, a thread's TN columns contiguous:
         # threadIdx.x is the lane, threadIdx.y the warp.
@@ -601,11 +602,11 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
         s[cl].unroll(cm)
         s[cl].unroll(cn)
     nthreads = ty_n * tx_n
-    lanes = 32 if warp is not None else tx_n
+    lanes = warp[0] * warp[1] if warp is not None else tx_n  # threadIdx.x's extent
     for x, sh in zip(inputs, shared):
         s[sh].compute_at(s[cl], ko)
         axes = list(s[sh].op.axis)
-        if id(x.op) in rows and warp is not None and TM % VEC == 0:
+        if transpose and id(x.op) in rows:
             # Stored transposed (rows last, see below): a thread's TM rows are consecutive
             # words, read as 128-bit loads; each reduction step's row of BM words is padded by
             # VEC words so that the staging stores spread over the banks. The copy walks the
@@ -620,6 +621,7 @@ def schedule_packed_gemm(s: te.Schedule, stage: te.Stage, cfg: ConfigEntity) -> 
             s[sh].reorder(*axes)
         fused = s[sh].fuse(*axes) if len(axes) > 1 else axes[0]
         if warp is not None and id(x.op) not in rows and nr % VEC == 0 and len(axes) > 1:
+            # (its innermost axis is the panel's nr columns, whole in every block)
             # the packed operand's panel rows copied as 128-bit vectors (cp.async.cg when pipelined)
             fused, vec = s[sh].split(fused, factor=VEC)
             s[sh].vectorize(vec)
