@@ -256,13 +256,18 @@ class Group:
         return "_".join(dict.fromkeys(n.op.lower() for n in self.nodes))[:48]
 
 
-def fuse(graph: Graph, enabled: bool = True, product_tails: bool = False) -> list[Group]:
+def fuse(graph: Graph, enabled: bool = True, product_tails: bool = False,
+         single_output_epilogues: bool = False) -> list[Group]:
     """Partition the nodes into kernels, as TVM's FuseOps: an injective node joins the group of
     its single consumer (inlined into it), and injective consumers join their producer's
     group as its epilogue. A group holds at most one non-injective node; convolutions and matrix
     products take only epilogues. ``product_tails`` (the CPU targets, whose products compute in
     their reader's store): an all-injective group that reads a product group's otherwise-unread
-    result several times (an exported GELU, ``x * 0.5 * (1 + erf(x / sqrt 2))``) joins it too."""
+    result several times (an exported GELU, ``x * 0.5 * (1 + erf(x / sqrt 2))``) joins it too.
+    ``single_output_epilogues`` (the GPU targets, where a tensor-core accumulator lives in the
+    registers of the one stage that stores it): an injective node with several outputs (a
+    ``Split`` of a fused Q/K/V projection) does not join a group that holds a non-injective node;
+    it starts a group of its own, which reads the product from memory."""
     nodes = graph.nodes
     group_of: dict[int, int] = {}
     groups: list[list[Node]] = []
@@ -313,6 +318,8 @@ def fuse(graph: Graph, enabled: bool = True, product_tails: bool = False) -> lis
                     continue
                 if len(cons.get(i, [])) == 1 and i not in outputs and len([o for o in p.outputs if o]) == 1:
                     gi = group_of[id(p)]
+                    if single_output_epilogues and len([o for o in node.outputs if o]) > 1 and heavy_count(groups[gi]):
+                        continue
                     if all(pattern(n) != "opaque" for n in groups[gi]) and can_join(node, gi):
                         target = gi
                         break
@@ -517,7 +524,8 @@ class FusedGraph:
 
 class Fuse(Pass):
     """:func:`fuse` as a pass: ``Graph -> FusedGraph``. ``Fuse(enabled=True, target=None)``: for a
-    CPU ``target`` with :func:`fuse`'s ``product_tails`` (not there without a target).
+    CPU ``target`` with :func:`fuse`'s ``product_tails``, for a GPU one with its
+    ``single_output_epilogues`` (neither without a target).
 
     Not part of :func:`default_graph_pipeline` (its output is not a graph): the model compiler runs
     it on the pipeline's result. Skipped (disabled, or ``opt_level`` 0) it still gives a
@@ -534,11 +542,14 @@ class Fuse(Pass):
         self.enabled = enabled
         # products compute in their reader's store on CPU targets, so they can take tails there
         self.product_tails = target is not None and not Target(target).is_gpu
+        # a GPU tensor-core accumulator is stored by one stage: no multi-output epilogues there
+        self.single_output_epilogues = target is not None and Target(target).is_gpu
 
     def transform(self, ir: Any, ctx: PassContext) -> FusedGraph:
         """The graph with its fusion groups."""
         g = need_graph(self, ir)
-        return FusedGraph(g, fuse(g, enabled=self.enabled, product_tails=self.product_tails))
+        return FusedGraph(g, fuse(g, enabled=self.enabled, product_tails=self.product_tails,
+                                  single_output_epilogues=self.single_output_epilogues))
 
     def skip(self, ir: Any) -> FusedGraph:
         """The graph with one group per node."""

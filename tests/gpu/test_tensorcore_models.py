@@ -82,6 +82,44 @@ def test_matmul_bias_relu_on_tensor_cores(cuda_dev, dt, b, m, k, n) -> None:
     assert np.all(err <= 2 * ULP[dt] * (np.abs(mm) + np.abs(ref)) + 2.0**-20 * bound), float(np.max(err))
 
 
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_fused_qkv_projection_with_split(cuda_dev, dt) -> None:
+    """A GPT-2-style fused Q/K/V projection (one MatMul + Add, then Split into three outputs,
+    each reshaped to heads and transposed) at 77 rows, hidden 96 in 3 heads: the product on
+    tensor cores, the Split as a kernel of its own (it used to fail to compile: the
+    accumulator had three storing stages). Against float64 with the rounding bound."""
+    s_, hid, heads = 77, 96, 3
+    elem = T.FLOAT16 if dt == "float16" else T.BFLOAT16
+    w = _round(rng.standard_normal((hid, 3 * hid)) * 0.1, dt)
+    b = _round(rng.standard_normal(3 * hid), dt)
+    nodes = [h.make_node("MatMul", ["x", "w"], ["y"]), h.make_node("Add", ["y", "b"], ["z"]),
+             h.make_node("Split", ["z", "split"], ["q", "k", "v"], axis=-1)]
+    outs = []
+    for n in "qkv":
+        nodes += [h.make_node("Reshape", [n, "shp"], [n + "r"]),
+                  h.make_node("Transpose", [n + "r"], [n + "t"], perm=[0, 2, 1, 3])]
+        outs.append(h.make_tensor_value_info(n + "t", elem, None))
+    inits = [_tensor("w", w, dt), _tensor("b", b, dt),
+             nh.from_array(np.array([1, s_, heads, hid // heads], np.int64), "shp"),
+             nh.from_array(np.array([hid] * 3, np.int64), "split")]
+    model = _model(nodes, [h.make_tensor_value_info("x", elem, [1, s_, hid])], outs, inits)
+    compiled = ember.compile(model, target="cuda")
+    x = _round(rng.standard_normal((1, s_, hid)), dt)
+    got = compiled(x=x.astype(np.float16 if dt == "float16" else np.dtype("bfloat16")))
+    mm = x @ w
+    ref = _round(_round(mm, dt) + b, dt)
+    bound = np.abs(x) @ np.abs(w)
+    for part, out in enumerate(got):
+        def heads_first(a: np.ndarray, cols: slice = slice(part * hid, (part + 1) * hid)) -> np.ndarray:
+            return a[..., cols].reshape(1, s_, heads, hid // heads).transpose(0, 2, 1, 3)
+
+        g = np.asarray(out).astype(np.float64)
+        assert g.shape == (1, heads, s_, hid // heads) and np.all(np.isfinite(g))
+        err = np.abs(g - heads_first(ref))
+        assert np.all(err <= 2 * ULP[dt] * (heads_first(np.abs(mm)) + heads_first(np.abs(ref)))
+                      + 2.0**-20 * heads_first(bound)), float(np.max(err))
+
+
 def test_gemm_transposed_weights_on_tensor_cores(cuda_dev) -> None:
     m, k, n = 64, 96, 200
     w = _round(rng.standard_normal((n, k)) * 0.1, "float16")
