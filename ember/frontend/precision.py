@@ -8,6 +8,12 @@ float32 (their inputs are cast up and their outputs back down), and the model's 
 outputs keep their declared float32 type (casts at the boundary). Constants are clipped to the
 low type's range first (a mask's -3.4e38 becomes float16's -65504, not -inf). The rewritten model
 is ordinary ONNX; it is validated like any other.
+
+bfloat16 needs a recent opset for some operators: ONNX defines ``Conv``, the pooling operators
+and others for bfloat16 only from opset 22. A model below that whose operators need it is first
+converted to opset 22 (``onnx.version_converter``); an operator that still takes no bfloat16
+(or a model the converter cannot convert) computes in float32 between casts, like
+:data:`KEEP_FLOAT32`, so the rewritten model stays valid ONNX.
 """
 
 from __future__ import annotations
@@ -28,6 +34,48 @@ KEEP_FLOAT32 = frozenset({
     "GroupNormalization", "RMSNormalization", "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2",
     "ReduceLogSumExp", "ReduceLogSum", "MeanVarianceNormalization", "LpNormalization",
 })
+
+
+#: The first opset that defines bfloat16 for ``Conv`` and the pooling operators.
+BF16_OPSET = 22
+
+
+def _opset(model: Any) -> int:
+    """The model's default-domain opset version."""
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
+
+
+def _takes(op_type: str, version: int, type_str: str) -> bool:
+    """Whether ONNX operator ``op_type`` at opset ``version`` accepts tensors of ``type_str``
+    (``"tensor(bfloat16)"``) in one of its type constraints; True for operators ONNX does not
+    know (ember's own, other domains: nothing to check)."""
+    from onnx import defs
+
+    try:
+        schema = defs.get_schema(op_type, version, "")
+    except Exception:  # noqa: BLE001 - onnx raises SchemaError, a RuntimeError subclass, or others
+        return True
+    return not schema.type_constraints or any(type_str in tc.allowed_type_strs for tc in schema.type_constraints)
+
+
+def _for_bfloat16(model: Any) -> Any:
+    """``model``, converted to :data:`BF16_OPSET` when one of its operators takes bfloat16 only
+    from there (``Conv`` before opset 22); ``model`` itself when none does or the conversion
+    fails (those operators then compute in float32)."""
+    import onnx
+
+    version = _opset(model)
+    if version >= BF16_OPSET:
+        return model
+    bf16 = "tensor(bfloat16)"
+    need = {n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")
+            and not _takes(n.op_type, version, bf16) and _takes(n.op_type, BF16_OPSET, bf16)}
+    if not need:
+        return model
+    try:
+        return onnx.version_converter.convert_version(model, BF16_OPSET)
+    except Exception:  # noqa: BLE001 - the converter raises several kinds; the float32 fallback covers them
+        return model
 
 
 def check_precision(precision: str) -> str:
@@ -52,8 +100,10 @@ def lower_precision(model: Any, precision: str) -> Any:
     low = TensorProto.FLOAT16 if precision == "float16" else TensorProto.BFLOAT16
     limit = 65504.0 if precision == "float16" else 3.38e38
     m = onnx.ModelProto()
-    m.CopyFrom(model)
+    m.CopyFrom(model if precision == "float16" else _for_bfloat16(model))
     g = m.graph
+    version = _opset(m)
+    low_str = "tensor(float16)" if precision == "float16" else "tensor(bfloat16)"
     for node in g.node:
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             raise FrontendError(f"precision={precision!r}: node {node.name or node.op_type} ({node.op_type}) has a "
@@ -100,7 +150,8 @@ def lower_precision(model: Any, precision: str) -> Any:
                 att.t.CopyFrom(low_tensor(att.t))
             if att.name in ("to", "dtype") and att.type == onnx.AttributeProto.INT and att.i == TensorProto.FLOAT:
                 att.i = low
-        if node.op_type in KEEP_FLOAT32:
+        untyped = node.domain in ("", "ai.onnx") and not _takes(node.op_type, version, low_str)
+        if node.op_type in KEEP_FLOAT32 or untyped:  # computed in float32 between casts
             up = []
             for j, x in enumerate(ins):
                 if x and node.input[j] in is_float:

@@ -95,3 +95,41 @@ def test_tf32_changes_no_type_and_uses_tf32_tensor_cores(rng) -> None:
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k8\.f32\.tf32\.tf32", hopper.get_source("asm"))
     plain = ember.compile(model, target="cuda -arch=sm_90")
     assert "mma.sync" not in plain.get_source("asm")
+
+
+def _conv_pool(rng: np.random.Generator, opset: int) -> bytes:
+    """Conv + MaxPool + a float Range added in: ONNX defines Conv and MaxPool for bfloat16 only
+    from opset 22, Range never (float, double and integers only)."""
+    w = nh.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32), "w")
+    lims = [nh.from_array(np.array(v, np.float32), n) for n, v in (("r0", 0.0), ("r1", 10.0), ("rd", 1.0))]
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             h.make_node("Range", ["r0", "r1", "rd"], ["r"]), h.make_node("Add", ["p", "r"], ["out"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 8, 20, 20])],
+                     [h.make_tensor_value_info("out", T.FLOAT, None)], [w, *lims])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 8 if opset < 21 else 10
+    return m.SerializeToString()
+
+
+@pytest.mark.parametrize("opset", [17, 22])
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+def test_operators_without_the_low_type_in_the_opset(rng, opset, precision) -> None:
+    """bfloat16 on a model below opset 22 used to fail ONNX validation (the rewritten Conv took
+    a type its opset does not define): the model is converted to opset 22 first, and an operator
+    that takes neither low type (Range) computes in float32 between casts. Against ONNX Runtime's
+    float32 with the precision's tolerance; for cuda the convolution lands on tensor cores."""
+    model = _conv_pool(rng, opset)
+    x = rng.standard_normal((1, 8, 20, 20)).astype(np.float32)
+    (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = ember.compile(model, target="llvm", precision=precision)(x=x)
+    assert got.dtype == np.float32 and np.abs(got - want).max() <= TOL[precision] * np.abs(want).max()
+    lowered = onnx.load_from_string(lower_precision(onnx.load_from_string(model), precision).SerializeToString())
+    onnx.shape_inference.infer_shapes(lowered, check_type=True, strict_mode=True)  # valid ONNX, types included
+    ops = {n.op_type: n for n in lowered.graph.node}
+    assert "__f32_" not in ops["Conv"].input[0] and "__f32_" not in ops["MaxPool"].input[0]  # in the low type
+    assert all("__f32_" in i for i in ops["Range"].input)  # float32 between casts
+    assert max(o.version for o in lowered.opset_import if o.domain in ("", "ai.onnx")) == (
+        22 if precision == "bfloat16" else opset)
+    asm = ember.compile(model, target="cuda -arch=sm_80", precision=precision).get_source("asm")
+    assert "mma.sync.aligned.m16n8k16" in asm
