@@ -39,6 +39,7 @@ import numpy as np
 
 from ..graph.ir import TensorInfo
 from .onnx import FrontendError, UnsupportedOpError, elem_dtype
+from .opset import default_opset
 
 #: Operators this module resolves (they never reach the graph IR).
 CONTROL_OPS = frozenset(
@@ -145,10 +146,7 @@ class _Expander:
         from onnx import numpy_helper
 
         self.m = m
-        self.opset = 1
-        for imp in m.opset_import:
-            if imp.domain in ("", "ai.onnx"):
-                self.opset = int(imp.version)
+        self.opset = default_opset(m)
         self.shapes = dict(input_shapes or {})
         self.bound = dict(bound)
         self.nodes: list[Any] = []

@@ -32,6 +32,7 @@ from ..ops.elemwise import ONNX_DTYPES
 from ..ops.registry import lookup
 from .functions import expand_functions
 from .host_scan import check_host_stages
+from .opset import default_opset
 from .validate import op_key, validate_model
 
 MIN_OPSET = 1
@@ -244,10 +245,7 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     from .control_flow import expand_control_flow  # If/Loop/Scan, sequences, optionals: unrolled
 
     m = expand_control_flow(m, input_shapes)
-    opset = 1
-    for imp in m.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            opset = int(imp.version)
+    opset = default_opset(m)
     if opset < MIN_OPSET:
         raise FrontendError(
             f"the model uses opset {opset}; ember supports opsets {MIN_OPSET} and newer "

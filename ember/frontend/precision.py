@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FrontendError
+from .opset import default_opset
 
 #: The values ``precision=`` accepts (``"tf32"`` changes no type: the strategy picks TF32 tensor
 #: cores for float32 products).
@@ -38,11 +39,6 @@ KEEP_FLOAT32 = frozenset({
 
 #: The first opset that defines bfloat16 for ``Conv`` and the pooling operators.
 BF16_OPSET = 22
-
-
-def _opset(model: Any) -> int:
-    """The model's default-domain opset version."""
-    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
 
 
 def _takes(op_type: str, version: int, type_str: str) -> bool:
@@ -64,13 +60,12 @@ def _for_bfloat16(model: Any) -> Any:
     fails (those operators then compute in float32)."""
     import onnx
 
-    version = _opset(model)
+    version = default_opset(model)
     if version >= BF16_OPSET:
         return model
     bf16 = "tensor(bfloat16)"
-    need = {n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")
-            and not _takes(n.op_type, version, bf16) and _takes(n.op_type, BF16_OPSET, bf16)}
-    if not need:
+    if not any(n.domain in ("", "ai.onnx") and not _takes(n.op_type, version, bf16)
+               and _takes(n.op_type, BF16_OPSET, bf16) for n in model.graph.node):
         return model
     try:
         return onnx.version_converter.convert_version(model, BF16_OPSET)
@@ -102,7 +97,7 @@ def lower_precision(model: Any, precision: str) -> Any:
     m = onnx.ModelProto()
     m.CopyFrom(model if precision == "float16" else _for_bfloat16(model))
     g = m.graph
-    version = _opset(m)
+    version = default_opset(m)
     low_str = "tensor(float16)" if precision == "float16" else "tensor(bfloat16)"
     for node in g.node:
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):

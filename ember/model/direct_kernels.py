@@ -106,7 +106,7 @@ def direct_kernel(gr: Group, graph: Graph, target: Target, name: str,
     lin = match_linear(gr, graph, DTYPES + (("float32",) if tf32 else ()))
     if lin is None:
         return None
-    from ..strategy.tensorcore import model_wgmma_tile, wgmma_applies, wgmma_matmul
+    from ..strategy.tensorcore import model_wgmma_tile, target_sm_count, wgmma_applies, wgmma_matmul
 
     transpose = lin.dtype == "float32" and not lin.w_transposed
     if wgmma_applies(lin.M, lin.N, lin.K, lin.dtype, lin.w_transposed or transpose, target) is not None:
@@ -117,10 +117,7 @@ def direct_kernel(gr: Group, graph: Graph, target: Target, name: str,
         graph.consts[wt] = value
         graph.values[wt] = TensorInfo(value.shape, str(value.dtype))
         lin = replace(lin, w=wt, w_transposed=True)
-    from ..runtime.cuda_driver import detected_sm_count
-
-    sms = detected_sm_count(target.mcpu) or 132
-    tile = model_wgmma_tile(lin.M, lin.N, lin.K, sms)
+    tile = model_wgmma_tile(lin.M, lin.N, lin.K, target_sm_count(target))
     func = wgmma_matmul(lin.M, lin.N, lin.K, lin.dtype, lin.dtype, tile, lin.w_transposed, target, name,
                         bias=True, relu=lin.relu)
     return func, [lin.a, lin.w, lin.bias, lin.out]

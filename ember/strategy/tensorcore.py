@@ -22,6 +22,7 @@ are rejected before anything is built.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .. import te
@@ -476,6 +477,15 @@ def default_wgmma_tile(M: int, N: int, sms: int = 132, K: int = 0) -> WGTile:
     return WGTile(2, 128, 4, 1, 16, ws=2, sms=sms)
 
 
+def target_sm_count(target: Target) -> int:
+    """Multiprocessors of the GPU ``target`` names, for the persistent wgmma kernel (one block per
+    multiprocessor): this machine's GPU's count when the target is this GPU, else an H100 / H200
+    SXM's 132."""
+    from ..runtime.cuda_driver import detected_sm_count
+
+    return detected_sm_count(target.mcpu) or 132
+
+
 def model_wgmma_tile(M: int, N: int, K: int, sms: int = 132) -> WGTile:
     """The wgmma tiling of a model's product (:mod:`ember.model.direct_kernels`): that of
     :func:`default_wgmma_tile`, except that a product whose 128 x 128 tiles would leave more than
@@ -486,8 +496,7 @@ def model_wgmma_tile(M: int, N: int, K: int, sms: int = 132) -> WGTile:
         return tile
     tiles = -(-M // tile.bm) * -(-N // tile.bn)
     parts = max(1, min(-(-K // 64) // 4, sms // tiles)) if 2 * tiles <= sms else 1
-    return WGTile(tile.warpgroups, tile.bn, tile.stages, tile.inflight, tile.group_m, ws=tile.ws, sms=sms,
-                  split_k=parts) if parts > 1 else tile
+    return dataclasses.replace(tile, split_k=parts) if parts > 1 else tile
 
 
 def wgmma_applies(M: int, N: int, K: int, in_dtype: str, b_transposed: bool, target: Target) -> str | None:
@@ -532,11 +541,7 @@ def tensorcore_gemm(
     if in_dtype not in intrins:
         raise ScheduleError(f"tensorcore_gemm multiplies float16, bfloat16 or float32 (as TF32), not {in_dtype}")
     if wgmma_applies(M, N, K, in_dtype, b_transposed, tgt) is None:
-        from ..runtime.cuda_driver import detected_sm_count
-
-        # the persistent kernel launches one block per multiprocessor: this GPU's count when the
-        # target is this GPU, else an H100 / H200 SXM's 132
-        sms = detected_sm_count(tgt.mcpu) or 132
+        sms = target_sm_count(tgt)
         return wgmma_matmul(M, N, K, in_dtype, out_dtype, default_wgmma_tile(M, N, sms, K), b_transposed, tgt, name)
     s, args = tensorcore_matmul(M, N, K, intrins[in_dtype], out_dtype or "float32", b_transposed=b_transposed,
                                 target=tgt)

@@ -493,7 +493,8 @@ class Schedule:
             readers = [readers]
         producer = self[tensor]
         name = f"{tensor.name}.{scope}"
-        cache = _copy_compute(tensor, name, None if axes is None else tuple(axes))
+        perm = None if axes is None else tuple(axes)
+        cache = _copy_compute(tensor, name, perm)
         reader_stages = []
         for r in readers:
             st = self[r]
@@ -503,7 +504,6 @@ class Schedule:
         cache_stage = Stage(cache.op, self)
         cache_stage.scope = scope
         self._add(cache_stage, after=producer)
-        perm = None if axes is None else tuple(axes)
         for st in reader_stages:
             self._replace_op(st, _replace_reads(st.op, {self._key(tensor): cache}, self, perm))
         return cache

@@ -92,17 +92,13 @@ def test_fused_qkv_projection_with_split(cuda_dev, dt) -> None:
     elem = T.FLOAT16 if dt == "float16" else T.BFLOAT16
     w = _round(rng.standard_normal((hid, 3 * hid)) * 0.1, dt)
     b = _round(rng.standard_normal(3 * hid), dt)
-    nodes = [h.make_node("MatMul", ["x", "w"], ["y"]), h.make_node("Add", ["y", "b"], ["z"]),
-             h.make_node("Split", ["z", "split"], ["q", "k", "v"], axis=-1)]
-    outs = []
-    for n in "qkv":
-        nodes += [h.make_node("Reshape", [n, "shp"], [n + "r"]),
-                  h.make_node("Transpose", [n + "r"], [n + "t"], perm=[0, 2, 1, 3])]
-        outs.append(h.make_tensor_value_info(n + "t", elem, None))
-    inits = [_tensor("w", w, dt), _tensor("b", b, dt),
-             nh.from_array(np.array([1, s_, heads, hid // heads], np.int64), "shp"),
-             nh.from_array(np.array([hid] * 3, np.int64), "split")]
-    model = _model(nodes, [h.make_tensor_value_info("x", elem, [1, s_, hid])], outs, inits)
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "graph"))
+    from test_gpu_model_build import fused_qkv_model
+
+    model = fused_qkv_model(elem, _tensor("w", w, dt), _tensor("b", b, dt), s_, hid, heads)
     compiled = ember.compile(model, target="cuda")
     x = _round(rng.standard_normal((1, s_, hid)), dt)
     got = compiled(x=x.astype(np.float16 if dt == "float16" else np.dtype("bfloat16")))

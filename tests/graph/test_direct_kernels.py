@@ -87,8 +87,11 @@ def test_gemm_node_runs_on_the_tma_kernel(rng, trans_b) -> None:
 
 def test_match_linear_refuses_other_groups(rng) -> None:
     """Gemm with alpha != 1, a MatMul followed by something other than ReLU: scheduled kernels."""
-    for node in (h.make_node("Gemm", ["x", "w", "b"], ["y"], alpha=2.0),):
-        g = h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT16, [64, 64])],
+    cases = ([h.make_node("Gemm", ["x", "w", "b"], ["y"], alpha=2.0)],
+             [h.make_node("MatMul", ["x", "w"], ["mm"]), h.make_node("Add", ["mm", "b"], ["a"]),
+              h.make_node("Sigmoid", ["a"], ["y"])])
+    for nodes in cases:
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT16, [64, 64])],
                          [h.make_tensor_value_info("y", T.FLOAT16, None)],
                          [nh.from_array(rng.standard_normal((64, 64)).astype(np.float16), "w"),
                           nh.from_array(rng.standard_normal(64).astype(np.float16), "b")])
@@ -96,16 +99,6 @@ def test_match_linear_refuses_other_groups(rng) -> None:
         m.ir_version = 8
         model = ember.compile(m.SerializeToString(), target="cuda -arch=sm_90", use_cache=False)
         assert "wgmma" not in model.module.imported_modules[0].get_source("ptx")
-    nodes = [h.make_node("MatMul", ["x", "w"], ["mm"]), h.make_node("Add", ["mm", "b"], ["a"]),
-             h.make_node("Sigmoid", ["a"], ["y"])]
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT16, [64, 64])],
-                     [h.make_tensor_value_info("y", T.FLOAT16, None)],
-                     [nh.from_array(rng.standard_normal((64, 64)).astype(np.float16), "w"),
-                      nh.from_array(rng.standard_normal(64).astype(np.float16), "b")])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    model = ember.compile(m.SerializeToString(), target="cuda -arch=sm_90", use_cache=False)
-    assert "wgmma" not in model.module.imported_modules[0].get_source("ptx")
 
 
 def test_tf32_precision_runs_float32_layers_on_tf32_wgmma(rng) -> None:

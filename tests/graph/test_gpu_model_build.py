@@ -111,21 +111,20 @@ def test_lift_scalar_reductions_computes_the_same_values(rng) -> None:
     np.testing.assert_allclose(c.numpy(), a - a.astype(np.float64).mean(), rtol=1e-5, atol=1e-6)
 
 
-def _fused_qkv(dt: int, npdt: type, rng: np.random.Generator, s: int = 40, hid: int = 96, heads: int = 3) -> bytes:
-    """A GPT-2-style fused Q/K/V projection: MatMul + Add with one [hid, 3 hid] weight, then
-    Split into Q, K and V, each reshaped to heads and transposed."""
+def fused_qkv_model(elem: int, w: object, b: object, s: int, hid: int, heads: int) -> bytes:
+    """A GPT-2-style fused Q/K/V projection of ``x`` ``[1, s, hid]`` (ONNX element type ``elem``):
+    MatMul + Add with the ``[hid, 3 hid]`` weight ``w`` and bias ``b`` (TensorProtos named "w" and
+    "b"), then Split into Q, K and V, each reshaped to ``heads`` heads and transposed."""
     nodes = [h.make_node("MatMul", ["x", "w"], ["y"]), h.make_node("Add", ["y", "b"], ["z"]),
              h.make_node("Split", ["z", "split"], ["q", "k", "v"], axis=-1)]
     outs = []
     for n in "qkv":
         nodes += [h.make_node("Reshape", [n, "shp"], [n + "r"]),
                   h.make_node("Transpose", [n + "r"], [n + "t"], perm=[0, 2, 1, 3])]
-        outs.append(h.make_tensor_value_info(n + "t", dt, None))
-    inits = [nh.from_array((rng.standard_normal((hid, 3 * hid)) * 0.1).astype(npdt), "w"),
-             nh.from_array(rng.standard_normal(3 * hid).astype(npdt), "b"),
-             nh.from_array(np.array([1, s, heads, hid // heads], np.int64), "shp"),
+        outs.append(h.make_tensor_value_info(n + "t", elem, None))
+    inits = [w, b, nh.from_array(np.array([1, s, heads, hid // heads], np.int64), "shp"),
              nh.from_array(np.array([hid] * 3, np.int64), "split")]
-    g = h.make_graph(nodes, "qkv", [h.make_tensor_value_info("x", dt, [1, s, hid])], outs, inits)
+    g = h.make_graph(nodes, "qkv", [h.make_tensor_value_info("x", elem, [1, s, hid])], outs, inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 8
     return m.SerializeToString()
@@ -141,7 +140,10 @@ def test_fused_qkv_projection_on_tensor_cores_compiles(rng, target) -> None:
     from ember.frontend.onnx import import_onnx
     from ember.graph.passes import Fuse, default_graph_pipeline
 
-    model = _fused_qkv(T.FLOAT16, np.float16, rng)
+    hid = 96
+    w = nh.from_array((rng.standard_normal((hid, 3 * hid)) * 0.1).astype(np.float16), "w")
+    model = fused_qkv_model(T.FLOAT16, w, nh.from_array(rng.standard_normal(3 * hid).astype(np.float16), "b"), 40,
+                            hid, 3)
     asm = ember.compile(model, target=target).get_source("asm")
     assert ("mma.sync" in asm or "wgmma" in asm) if target.startswith("cuda") else "v_mfma" in asm
     g = default_graph_pipeline(target=target)(import_onnx(model))
