@@ -5,7 +5,7 @@ warm-up, clocks left free (``--clock-control none``). This is the profile behind
 the TMA kernel" table of ``docs/gpu.md``.
 
     python benchmarks/gemm_ncu.py [--dtype float16] [--m 4096 --n 4096 --k 4096] [--tn] [--out DIR] [--sass]
-    python benchmarks/gemm_ncu.py --sgemm fast|fast_w48|packed [--m ...]   # float32 on CUDA cores
+    python benchmarks/gemm_ncu.py --sgemm fast|fast_w48|xl|xl_k8|packed [--m ...]   # float32 on CUDA cores
 
 ``--sgemm`` profiles a float32 product on CUDA cores against cuBLAS's with TF32 off instead:
 ``fast`` is the hand-scheduled SGEMM of ``benchmarks/gpu_bench.py`` (``tests/gpu/kernels.py:
@@ -146,8 +146,11 @@ def sgemm_child(args: argparse.Namespace) -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
         import kernels
 
+        xl = {"bm": 256, "tm": 16, "warp": (4, 8)} if args.sgemm.startswith("xl") else {}
+        if args.sgemm == "xl_k8":
+            xl["stage_k"] = 8
         s, a, _ = kernels.gemm_fast(args.m, args.n, args.k, bk=16, stages=2,
-                                    warp=(4, 8) if args.sgemm == "fast_w48" else None)
+                                    **(xl or {"warp": (4, 8) if args.sgemm == "fast_w48" else None}))
         f = ember.build(s, a, target="cuda", name="ember_gemm")
         ea, eb, ec = (ember.nd.from_dlpack(x) for x in (A, B, C))
 
@@ -218,8 +221,9 @@ def sass_profile(ncu: str, args: argparse.Namespace) -> None:
     page = subprocess.run([ncu, "--import", f"{rep}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"],
                           capture_output=True, text=True, timeout=600)
     (Path(args.out) / "gemm_ncu_sass.csv").write_text(page.stdout)
-    table = [f"# ncu stall samples per SASS instruction: ember's default GEMM, {args.dtype} "
-             f"{args.m}x{args.n}x{args.k}", ""] + top_instructions(page.stdout)
+    case = f"float32 CUDA cores ({args.sgemm})" if args.sgemm else f"default GEMM, {args.dtype}"
+    table = [f"# ncu stall samples per SASS instruction: ember's {case} {args.m}x{args.n}x{args.k}", ""]
+    table += top_instructions(page.stdout)
     (Path(args.out) / "gemm_ncu_sass.md").write_text("\n".join(table) + "\n")
     print("\n".join(table[:80]))
 
@@ -234,7 +238,7 @@ def main() -> int:
     ap.add_argument("--tn", action="store_true", help="B given as N x K (nn.Linear's layout; float32 needs it)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--sass", action="store_true", help="also sample stalls per SASS instruction of ember's kernel")
-    ap.add_argument("--sgemm", choices=("fast", "fast_w48", "packed"),
+    ap.add_argument("--sgemm", choices=("fast", "fast_w48", "xl", "xl_k8", "packed"),
                     help="profile a float32 CUDA-core product instead (see the module docstring)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()

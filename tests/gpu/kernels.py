@@ -173,7 +173,7 @@ def gemm_tiled(M: int, N: int, K: int, tile: int = 16) -> Kernel:
 
 
 def gemm_fast(M: int, N: int, K: int, bm: int = 128, bn: int = 128, bk: int = 8, tm: int = 8, tn: int = 8,
-              stages: int = 1, warp: tuple[int, int] | None = None) -> Kernel:
+              stages: int = 1, warp: tuple[int, int] | None = None, stage_k: int | None = None) -> Kernel:
     """SGEMM ``C = A @ B`` tiled for speed: a ``bm x bn`` block tile staged through shared
     memory (A transposed on the way so both operands are read as 128-bit vectors), a
     ``tm x tn`` register tile per thread, the reduction blocked by ``bk``; with ``stages`` > 1
@@ -181,7 +181,9 @@ def gemm_fast(M: int, N: int, K: int, bm: int = 128, bn: int = 128, bk: int = 8,
     (``wm * wn == 32``) arranges each warp's threads as ``wm x wn`` (``threadIdx.x``: the lane,
     ``threadIdx.y``: the warp) instead of two rows of ``bn / tn``: with 4 x 8 a warp's 128-bit
     shared loads of B touch 8 distinct 16-byte chunks (2 wavefronts) instead of 16 at a 32-byte
-    stride (4)."""
+    stride (4). ``stage_k`` (a divisor of ``bk``) is how many consecutive ``k`` a warp's lanes
+    copy of one row of A while staging it transposed (default ``bk``): with rows of ``bm + 4``
+    floats, 8 makes the transposing stores of a warp hit 32 different banks (16: two-way)."""
     A = te.placeholder((M, K), name="A")
     B = te.placeholder((K, N), name="B")
     AT = te.compute((K, M), lambda k, i: A[i, k], name="AT")
@@ -233,14 +235,20 @@ def gemm_fast(M: int, N: int, K: int, bm: int = 128, bn: int = 128, bk: int = 8,
     nthreads = ty_n * tx_n
     # A: read 4 consecutive k per thread from global, store transposed into shared
     ak, ai = s[AT].op.axis
-    s[AT].reorder(ai, ak)
-    fa = s[AT].fuse(ai, ak)
+    row_axis = ak
+    if stage_k is not None and stage_k != bk:
+        ako, ak = s[AT].split(ak, factor=stage_k)
+        s[AT].reorder(ako, ai, ak)
+        fa = s[AT].fuse(s[AT].fuse(ako, ai), ak)
+    else:
+        s[AT].reorder(ai, ak)
+        fa = s[AT].fuse(ai, ak)
     fo, fi = s[AT].split(fa, factor=nthreads)
     fy, fx = s[AT].split(fi, factor=tx_n)
     s[AT].bind(fy, te.thread_axis("threadIdx.y"))
     s[AT].bind(fx, te.thread_axis("threadIdx.x"))
     s[AT].unroll(fo)
-    s[AT].storage_align(ak, bm, 4)  # rows of bm + 4 floats: the transposing stores spread over the banks
+    s[AT].storage_align(row_axis, bm, 4)  # rows of bm + 4 floats: the transposing stores spread over the banks
     # B: 128-bit loads along n
     bk_, bn_ = s[BS].op.axis
     fb = s[BS].fuse(bk_, bn_)
