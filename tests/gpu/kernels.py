@@ -173,25 +173,40 @@ def gemm_tiled(M: int, N: int, K: int, tile: int = 16) -> Kernel:
 
 
 def gemm_fast(M: int, N: int, K: int, bm: int = 128, bn: int = 128, bk: int = 8, tm: int = 8, tn: int = 8,
-              stages: int = 1, warp: tuple[int, int] | None = None, stage_k: int | None = None) -> Kernel:
+              stages: int = 1, warp: tuple[int, int] | None = None, grouped: bool = False) -> Kernel:
     """SGEMM ``C = A @ B`` tiled for speed: a ``bm x bn`` block tile staged through shared
     memory (A transposed on the way so both operands are read as 128-bit vectors), a
     ``tm x tn`` register tile per thread, the reduction blocked by ``bk``; with ``stages`` > 1
     the staging is software-pipelined (``cp.async`` into that many slots). ``warp=(wm, wn)``
     (``wm * wn == 32``) arranges each warp's threads as ``wm x wn`` (``threadIdx.x``: the lane,
-    ``threadIdx.y``: the warp) instead of two rows of ``bn / tn``: with 4 x 8 a warp's 128-bit
-    shared loads of B touch 8 distinct 16-byte chunks (2 wavefronts) instead of 16 at a 32-byte
-    stride (4). ``stage_k`` (a divisor of ``bk``) is how many consecutive ``k`` a warp's lanes
-    copy of one row of A while staging it transposed (default ``bk``): with rows of ``bm + 4``
-    floats, 8 makes the transposing stores of a warp hit 32 different banks (16: two-way)."""
+    ``threadIdx.y``: the warp) instead of two rows of ``bn / tn``.
+
+    ``grouped`` (``M`` and ``N`` multiples of 32) stages both operands as ``[k, group, 32]``
+    with each group of 32 rows (columns) padded to 36 floats and A's ``k`` rows to 4 more than a
+    multiple of 32: the 128-bit fragment loads of a warp's lanes then fall on distinct banks. In
+    the plain layout, with 4 x 8 warps and 16 x 8 thread tiles, the four row tiles of a warp
+    start 16 floats apart, so two of them share a bank group (two wavefronts per load, a third
+    of all shared wavefronts conflicted on the H200; ``benchmarks/results/gemm_ncu_h200_sgemm_xl.*``)."""
+    if grouped and (M % 32 or N % 32):
+        raise ValueError(f"gemm_fast(grouped=True) needs M and N multiples of 32, got {M} x {N}")
     A = te.placeholder((M, K), name="A")
     B = te.placeholder((K, N), name="B")
-    AT = te.compute((K, M), lambda k, i: A[i, k], name="AT")
     k = te.reduce_axis((0, K), name="k")
-    C = te.compute((M, N), lambda i, j: te.sum(AT[k, i] * B[k, j], axis=k), name="C")
-    s = te.create_schedule(C.op)
+    s: Any
+    if grouped:
+        AT = te.compute((K, M // 32, 32), lambda k, g, r: A[g * 32 + r, k], name="AT")
+        BS_ = te.compute((K, N // 32, 32), lambda k, g, r: B[k, g * 32 + r], name="BS")
+        C = te.compute((M, N), lambda i, j: te.sum(AT[k, i // 32, i % 32] * BS_[k, j // 32, j % 32], axis=k),
+                       name="C")
+        s = te.create_schedule(C.op)
+        s[BS_].set_scope("shared")
+        BS = BS_
+    else:
+        AT = te.compute((K, M), lambda k, i: A[i, k], name="AT")
+        C = te.compute((M, N), lambda i, j: te.sum(AT[k, i] * B[k, j], axis=k), name="C")
+        s = te.create_schedule(C.op)
+        BS = s.cache_read(B, "shared", [C])
     s[AT].set_scope("shared")
-    BS = s.cache_read(B, "shared", [C])
     AL = s.cache_read(AT, "local", [C])
     BL = s.cache_read(BS, "local", [C])
     CL = s.cache_write(C, "local")
@@ -233,32 +248,36 @@ def gemm_fast(M: int, N: int, K: int, bm: int = 128, bn: int = 128, bk: int = 8,
         o, v = s[L_].split(ax, factor=4)
         s[L_].vectorize(v)
     nthreads = ty_n * tx_n
-    # A: read 4 consecutive k per thread from global, store transposed into shared
-    ak, ai = s[AT].op.axis
-    row_axis = ak
-    if stage_k is not None and stage_k != bk:
-        ako, ak = s[AT].split(ak, factor=stage_k)
-        s[AT].reorder(ako, ai, ak)
-        fa = s[AT].fuse(s[AT].fuse(ako, ai), ak)
+
+    def spread(stage: Any, fused: Any, vector: bool) -> None:
+        """Threads of the block over a staging stage's fused loop (4-float vectors with ``vector``)."""
+        if vector:
+            fused, v = s[stage].split(fused, factor=4)
+        fo, fi = s[stage].split(fused, factor=nthreads)
+        fy, fx = s[stage].split(fi, factor=tx_n)
+        s[stage].bind(fy, te.thread_axis("threadIdx.y"))
+        s[stage].bind(fx, te.thread_axis("threadIdx.x"))
+        s[stage].unroll(fo)
+        if vector:
+            s[stage].vectorize(v)
+
+    # A: read consecutive k per thread from global, store transposed into shared; B: 128-bit loads along n
+    if grouped:
+        ak, ag, ar = s[AT].op.axis
+        s[AT].reorder(ag, ar, ak)
+        spread(AT, s[AT].fuse(s[AT].fuse(ag, ar), ak), False)
+        s[AT].storage_align(ag, 32, 4)  # groups of 32 rows padded to 36 floats
+        s[AT].storage_align(ak, 32, 4)  # k rows 4 floats past a multiple of 32: the transposing stores spread
+        bk_, bg, br = s[BS].op.axis
+        spread(BS, s[BS].fuse(s[BS].fuse(bk_, bg), br), True)
+        s[BS].storage_align(bg, 32, 4)
     else:
+        ak, ai = s[AT].op.axis
         s[AT].reorder(ai, ak)
-        fa = s[AT].fuse(ai, ak)
-    fo, fi = s[AT].split(fa, factor=nthreads)
-    fy, fx = s[AT].split(fi, factor=tx_n)
-    s[AT].bind(fy, te.thread_axis("threadIdx.y"))
-    s[AT].bind(fx, te.thread_axis("threadIdx.x"))
-    s[AT].unroll(fo)
-    s[AT].storage_align(row_axis, bm, 4)  # rows of bm + 4 floats: the transposing stores spread over the banks
-    # B: 128-bit loads along n
-    bk_, bn_ = s[BS].op.axis
-    fb = s[BS].fuse(bk_, bn_)
-    fbo, fbv = s[BS].split(fb, factor=4)
-    fbo2, fbi = s[BS].split(fbo, factor=nthreads)
-    fby, fbx = s[BS].split(fbi, factor=tx_n)
-    s[BS].bind(fby, te.thread_axis("threadIdx.y"))
-    s[BS].bind(fbx, te.thread_axis("threadIdx.x"))
-    s[BS].unroll(fbo2)
-    s[BS].vectorize(fbv)
+        spread(AT, s[AT].fuse(ai, ak), False)
+        s[AT].storage_align(ak, bm, 4)  # rows of bm + 4 floats: the transposing stores spread over the banks
+        bk_, bn_ = s[BS].op.axis
+        spread(BS, s[BS].fuse(bk_, bn_), True)
     if stages > 1:
         s[CL].pipeline(ko, stages)
     return s, [A, B, C], lambda a, b: a.astype(np.float64) @ b
@@ -342,6 +361,7 @@ ALL_COMPILE = {
     "softmax": lambda: softmax(),
     "gemm_tiled": lambda: gemm_tiled(256, 192, 320),
     "gemm_fast": lambda: gemm_fast(512, 512, 512),
+    "gemm_fast_grouped": lambda: gemm_fast(512, 384, 256, bm=256, tm=16, warp=(4, 8), bk=16, stages=4, grouped=True),
     "pow": lambda: pow_kernel(),
     **{f"math_{k}": (lambda k=k: unary(k)) for k in MATH_FUNCS},
     **{f"math64_{k}": (lambda k=k: unary(k, "float64")) for k in ("exp", "log", "sin", "tanh", "erf")},

@@ -100,6 +100,9 @@ def test_gemm_tiled_shared_memory(cuda_dev, tmp_path):
 @pytest.mark.parametrize("mnk,extra", [
     ((512, 512, 512), {}), ((256, 384, 1024), {}),
     ((512, 384, 1024), {"bm": 256, "bn": 128, "tm": 16, "tn": 8, "warp": (4, 8), "bk": 16, "stages": 2}),
+    ((512, 384, 1040), {"bm": 256, "bn": 128, "tm": 16, "tn": 8, "warp": (4, 8), "bk": 16, "stages": 4,
+                        "grouped": True}),
+    ((384, 640, 528), {"bk": 16, "stages": 3, "grouped": True}),
 ])
 def test_gemm_fast(cuda_dev, tmp_path, mnk, extra):
     M, N, Kd = mnk
