@@ -28,9 +28,14 @@ Outcome = tuple[BuildResult, MeasureResult | None]
 
 class Executor(Protocol):
     """Builds and measures batches (see the module docstring). ``lookahead``: how many batches the
-    tuner keeps started beyond the one it waits for (0: builds and timings must not overlap)."""
+    tuner keeps started beyond the one it waits for (0: builds and timings must not overlap);
+    ``inflight_trials``: when measuring overlaps, the fewest candidates the tuner keeps started
+    beyond that batch (more batches when they are small); ``notes``: what the tuner should tell
+    at the end (a worker that died)."""
 
     lookahead: int
+    inflight_trials: int
+    notes: list[str]
 
     def start(self, task_index: int, configs: Sequence[ConfigEntity], best_s: float | None = None) -> Any:
         """Start building ``configs`` of task ``task_index`` (``best_s``: the task's best time so
@@ -58,6 +63,8 @@ class LocalExecutor:
         # The next batch builds while this process measures one; one batch ahead is enough, as the
         # measurements wait for this process anyway while it proposes the next batch.
         self.lookahead = 1 if stream else 0
+        self.inflight_trials = 0
+        self.notes: list[str] = []
         self._refs: dict[int, BuildResult] = {}
         self._ref_asked: set[int] = set()
 

@@ -53,7 +53,8 @@ class MeasureResult:
     clearly slower than the best (its time is that of its rounds so far); ``elapsed``: seconds
     the measurement took as the tuner saw it; ``phases``: the measuring process's own seconds
     loading, checking and timing the candidate; ``graph``: the rounds were CUDA-graph replays
-    timed on the device (else the host's clock around the calls)."""
+    timed on the device (else the host's clock around the calls); ``worker``: the name of the Dask
+    measuring worker that measured it (empty in a local run)."""
 
     seconds: float | None
     error: str | None = None
@@ -62,6 +63,7 @@ class MeasureResult:
     elapsed: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
     graph: bool = False
+    worker: str = ""
 
 
 def build_one(task: Task, config: dict[str, Any]) -> BuildResult:

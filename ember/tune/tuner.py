@@ -12,6 +12,11 @@ The loop, until the trial budget or the time budget is spent (or Ctrl-C):
    them to the search's cost model, update the progress bar (trials, best GFLOP/s per task,
    estimated latency of the tuned kernels).
 
+On a GPU, batches overlap: the executor's ``lookahead`` batches (and at least its
+``inflight_trials`` candidates) are started beyond the one the tuner waits for, so a batch is
+proposed before the results of those in flight are in (the cost model lags by them: one batch,
+more when batches are small; with Dask the measuring workers never wait for the tuner).
+
 ``trials`` counts every measurement of the tasks in the database, those of earlier runs
 included: running the same command again after an interruption resumes and stops at the same
 total. Ctrl-C stops after the batch being measured is stored and returns what was found.
@@ -94,6 +99,13 @@ class TuneResult:
     phases: dict[str, float] = field(default_factory=dict)
     #: measurements that stopped early because the candidate was clearly slower than the best
     rejected: int = 0
+    #: records this run added to the database (a configuration another tuner recorded first is
+    #: not added again)
+    stored: int = 0
+    #: trials lost because the measuring process died while measuring them (a crash, or a kill)
+    lost: int = 0
+    #: seconds each Dask measuring worker spent measuring, by worker name
+    measurers: dict[str, float] = field(default_factory=dict)
 
     @property
     def trials_per_minute(self) -> float:
@@ -117,7 +129,8 @@ class TuneResult:
 
     def __str__(self) -> str:
         lines = [f"tuned {len(self.tasks)} task(s) on {self.target_key.describe()}: {self.new_trials} new trial(s) "
-                 f"in {self.elapsed:.1f} s{' (interrupted)' if self.interrupted else ''}; records in {self.db}"]
+                 f"in {self.elapsed:.1f} s{' (interrupted)' if self.interrupted else ''}; {self.stored} record(s) "
+                 f"stored in {self.db}"]
         lines.append(f"{'task':42} {'weight':>6} {'trials':>6} {'invalid':>7} {'default':>10} {'best':>10} "
                      f"{'GFLOP/s':>8} {'speedup':>7}")
         for t in self.tasks:
@@ -303,6 +316,8 @@ def _pick(searches: list[TaskSearch], tasks: list[Task], tried: list[int]) -> in
         return fresh[0]
 
     def share(i: int) -> float:
+        if not searches[i].measured:  # its first batch is under way: its results come first
+            return -1.0
         best = searches[i].best
         t = best[1] if best else 1.0
         return tasks[i].weight * t / math.sqrt(1 + tried[i])
@@ -317,6 +332,8 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
     trials = _check_trials(trials)
     budget = parse_time_budget(time_budget)
     _check_workers(workers, dask)
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise TuningError(f"batch={batch!r}: give a positive number of candidates per batch (or leave it out)")
     tgt = backend_for(target).resolve(Target(target))
     tkey = target_key(tgt)
     measuring = gpu_present(tgt.kind) if tgt.is_gpu else True
@@ -349,8 +366,8 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
             clock = time.monotonic()
             executor, nworkers = _executor(tasks, tgt, workers, dask, measuring, timeout, repeats)
             phases["setup"] = time.monotonic() - clock
-            overlap = executor.lookahead if measuring else 0
             size = batch or max(8, 2 * nworkers)
+            overlap = max(executor.lookahead, math.ceil(executor.inflight_trials / size)) if measuring else 0
             inflight: list[tuple[int, list[ConfigEntity], Any, float]] = []
             proposed, stopping = done, False
             # seconds one more batch adds to the run (the interval between finished batches,
@@ -398,7 +415,11 @@ def run_tasks(tasks: list[Task], target: str | Target, trials: int, db: str | os
             bar.close()
         if executor is not None:
             executor.close()
+            result.notes += executor.notes
         tdb.close()
+    if result.lost:
+        result.notes.append(f"{result.lost} trial(s) lost: the measuring process died while measuring them (a crash "
+                            "or a kill; recorded as invalid); a new measuring process took over and the run went on")
     result.tasks = [_task_result(t, s, measuring) for t, s in zip(tasks, searches)]
     if not measuring:
         result.notes.append(f"{result.built} candidate(s) built, {result.build_failed} failed to build")
@@ -420,6 +441,9 @@ def _store(result: TuneResult, search: TaskSearch, task: Task, tkey: TargetKey, 
             for k, v in m.phases.items():
                 p[f"measure_{k}"] = p.get(f"measure_{k}", 0.0) + v
             result.rejected += m.rejected
+            result.lost += bool(m.error and "the measuring process died" in m.error)
+            if m.worker:
+                result.measurers[m.worker] = result.measurers.get(m.worker, 0.0) + m.elapsed
         seconds = m.seconds if m is not None else None
         error = (m.error if m is not None else b.error) or (None if seconds else "not measured")
         search.add(cfg, seconds)
@@ -428,7 +452,7 @@ def _store(result: TuneResult, search: TaskSearch, task: Task, tkey: TargetKey, 
                                task.space_signature))
     result.new_trials += len(cfgs)
     if tdb is not None:
-        tdb.add(recs)
+        result.stored += tdb.add(recs)
 
 
 def _timed(phases: dict[str, float], phase: str, fn: Callable[..., Any], *args: Any) -> Any:

@@ -154,3 +154,7 @@ def test_each_task_starts_its_first_batch_before_any_gets_a_second():
     assert _pick(searches, tasks, [1, 0, 0]) == 1
     assert _pick(searches, tasks, [1, 1, 0]) == 2
     assert _pick(searches, tasks, [1, 1, 1]) in (0, 1, 2)
+    # once one has results, the tasks whose first batch is still under way wait for theirs
+    searches[1].add(tasks[1].space.default, 1e-3)
+    assert _pick(searches, tasks, [1, 1, 1]) == 1
+    assert _pick(searches, tasks, [1, 2, 1]) == 1
