@@ -2,7 +2,7 @@
 
     ember tune MODEL.onnx --target llvm|cuda|rocm --trials N [--time-budget 10m] [--db PATH]
                [--workers N | --dask tcp://HOST:8786] [--input-shape NAME=D0,D1,...] [--quiet]
-               [--export RECORDS.jsonl]
+               [--batch N] [--seed N] [--export RECORDS.jsonl]
     ember tune --import RECORDS.jsonl [--db PATH]
 
 Prints the table of :class:`~ember.tune.tuner.TuneResult` (per task: weight, trials, default and
@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per build and per measurement (default 30)")
     p.add_argument("--cost-model", choices=("auto", "xgboost", "numpy"), default="auto",
                    help="the search's cost model (default: xgboost when installed)")
+    p.add_argument("--batch", type=int, default=None, metavar="N",
+                   help="candidates per batch (default: twice the build workers, at least 8)")
+    p.add_argument("--seed", type=int, default=0, help="the search's random seed (default 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--export", default=None, metavar="PATH",
                    help="after tuning, write the model's records as JSON lines")
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("give the ONNX model to tune (or --import RECORDS.jsonl)")
         result = tune(args.model, args.target, trials=args.trials, db=args.db, time_budget=args.time_budget,
                       workers=args.workers, dask=args.dask, input_shapes=_shapes(args.input_shape, parser),
-                      quiet=args.quiet, timeout=args.timeout, cost_model=args.cost_model)
+                      quiet=args.quiet, timeout=args.timeout, batch=args.batch, cost_model=args.cost_model,
+                      seed=args.seed)
         print(result)
         if args.export:
             with TuningDB(result.db) as db:
