@@ -5,7 +5,7 @@ warm-up, clocks left free (``--clock-control none``). This is the profile behind
 the TMA kernel" table of ``docs/gpu.md``.
 
     python benchmarks/gemm_ncu.py [--dtype float16] [--m 4096 --n 4096 --k 4096] [--tn] [--out DIR] [--sass]
-    python benchmarks/gemm_ncu.py --sgemm fast|fast_w48|xl|xl_grouped|packed [--m ...]   # float32 on CUDA cores
+    python benchmarks/gemm_ncu.py --sgemm fast|fast_w48|xl|xl_grouped|grouped|packed [--m ...]   # float32 on CUDA cores
 
 ``--sgemm`` profiles a float32 product on CUDA cores against cuBLAS's with TF32 off instead:
 ``fast`` is the hand-scheduled SGEMM of ``benchmarks/gpu_bench.py`` (``tests/gpu/kernels.py:
@@ -146,11 +146,13 @@ def sgemm_child(args: argparse.Namespace) -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
         import kernels
 
-        xl = {"bm": 256, "tm": 16, "warp": (4, 8)} if args.sgemm.startswith("xl") else {}
-        if args.sgemm == "xl_grouped":
-            xl["grouped"] = True
-        s, a, _ = kernels.gemm_fast(args.m, args.n, args.k, bk=16, stages=4 if args.sgemm == "xl_grouped" else 2,
-                                    **(xl or {"warp": (4, 8) if args.sgemm == "fast_w48" else None}))
+        extra: dict[str, Any] = {
+            "fast": {"stages": 2}, "fast_w48": {"stages": 2, "warp": (4, 8)},
+            "xl": {"stages": 2, "bm": 256, "tm": 16, "warp": (4, 8)},
+            "xl_grouped": {"stages": 4, "bm": 256, "tm": 16, "warp": (4, 8), "grouped": True},
+            "grouped": {"stages": 3, "grouped": True},
+        }[args.sgemm]
+        s, a, _ = kernels.gemm_fast(args.m, args.n, args.k, bk=16, **extra)
         f = ember.build(s, a, target="cuda", name="ember_gemm")
         ea, eb, ec = (ember.nd.from_dlpack(x) for x in (A, B, C))
 
@@ -238,7 +240,7 @@ def main() -> int:
     ap.add_argument("--tn", action="store_true", help="B given as N x K (nn.Linear's layout; float32 needs it)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--sass", action="store_true", help="also sample stalls per SASS instruction of ember's kernel")
-    ap.add_argument("--sgemm", choices=("fast", "fast_w48", "xl", "xl_grouped", "packed"),
+    ap.add_argument("--sgemm", choices=("fast", "fast_w48", "xl", "xl_grouped", "grouped", "packed"),
                     help="profile a float32 CUDA-core product instead (see the module docstring)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()

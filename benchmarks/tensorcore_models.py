@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "models"))
 
-from common import median_ms, model_directory, torch_without_tf32, write_outputs  # noqa: E402
+from common import machine, median_ms, model_directory, torch_without_tf32, write_outputs  # noqa: E402
 
 import ember  # noqa: E402
 
@@ -149,7 +149,7 @@ def main() -> int:
     torch = torch_without_tf32()
     directory = model_directory(args.models, "ember-tc-models-")
     dev = ember.cuda(0)
-    results: dict = {"device": dev.attributes["device_name"], "torch": torch.__version__,
+    results: dict = {"device": dev.attributes["device_name"], "torch": torch.__version__, "host": machine(),
                      "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "timing": "median of 40 CUDA-synchronised calls, inputs on the device", "results": {}}
     lines = ["| model | ember ms | torch eager ms | torch.compile ms | reduce-overhead ms | ember / eager | "
