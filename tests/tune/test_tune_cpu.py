@@ -158,3 +158,18 @@ def test_each_task_starts_its_first_batch_before_any_gets_a_second():
     searches[1].add(tasks[1].space.default, 1e-3)
     assert _pick(searches, tasks, [1, 1, 1]) == 1
     assert _pick(searches, tasks, [1, 2, 1]) == 1
+
+
+def test_cli_batch_and_seed(tmp_path, capsys):
+    """``ember tune --batch N --seed S`` reach the tuner; the summary says how many records were stored;
+    a batch below 1 is a clear error."""
+    from ember.tune.cli import main
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(matmul_model(16, 24, 24))
+    db = tmp_path / "t.db"
+    assert main([str(model), "--trials", "6", "--batch", "3", "--seed", "5", "--db", str(db), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "6 new trial(s)" in out and "6 record(s) stored" in out
+    assert main([str(model), "--trials", "9", "--batch", "0", "--db", str(db), "--quiet"]) == 1
+    assert "batch=0" in capsys.readouterr().err
