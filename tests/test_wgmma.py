@@ -383,6 +383,43 @@ def test_split_k_plan():
     assert "launch wgmma_gemm_kernel0<<<(15, 1, 1)" in host and "launch wgmma_gemm_kernel1" in host
     assert "split_k=2" in WGTile(ws=2, cluster=2, split_k=2).check(227 * 1024)
     assert "split_k=2" in WGTile(ws=1, split_k=2).check(227 * 1024)
+    assert "last_block_sums needs split_k" in WGTile(ws=2, last_block_sums=True).check(227 * 1024)
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
+def test_last_block_sums_plan():
+    """The one-launch split-K: one kernel, the parts workspace and a zero-initialised ticket per
+    (tile, consumer warpgroup) in the plan (``zeroed`` in its JSON), and in the PTX the fence, the
+    ticket's atomic add and reset, and the barrier that tells the warpgroup who sums."""
+    tile = WGTile(2, 128, 4, 1, 0, ws=2, split_k=3, last_block_sums=True)
+    f = ember.build(wgmma_matmul(200, 1032, 520, "float16", "float16", tile, bias=True, relu=True),
+                    target="cuda -arch=sm_90", use_cache=False)
+    host = f.get_source("host")
+    assert "wg_tickets = device_alloc_zeroed(int32, 36)" in host  # 2 x 9 tiles of 128 x 128, 2 warpgroups each
+    assert "wgmma_gemm_kernel1" not in host
+    ptx = f.imported_modules[0].get_source("asm")
+    for piece in ("fence.acq_rel.gpu", "atom.global.add.u32", "bar.red.or.pred", "st.global.u32"):
+        assert piece in ptx, piece
+    ws = f["wgmma_gemm"].plan["workspaces"]
+    assert [w.get("zeroed", False) for w in ws].count(True) == 1 and ws[-1]["name"] == "wg_tickets"
+    from ember.backends.cuda import CUDABackend
+
+    assert CUDABackend().load(f.parts)["wgmma_gemm"].plan["workspaces"] == ws  # survives the build cache
+
+
+def test_corrupt_zeroed_workspaces_are_refused():
+    """``zeroed`` in a plan is ``true`` on a plain workspace or absent: anything else is refused."""
+    from ember.backends.gpu.plan_check import check_plan
+    from ember.errors import ModelFormatError
+
+    sig = {"name": "f", "params": [{"kind": "buffer"}], "scalars": []}
+    check_plan({"kernels": [], "steps": [["alloc", 0]],
+                "workspaces": [{"name": "t", "nbytes": ["const", 16], "zeroed": True}]}, sig)
+    for bad in (1, "yes", False, None):
+        plan = {"kernels": [], "steps": [["alloc", 0]], "workspaces": [{"name": "t", "nbytes": ["const", 16],
+                                                                        "zeroed": bad}]}
+        with pytest.raises(ModelFormatError, match="zeroed"):
+            check_plan(plan, sig)
 
 
 @pytest.mark.parametrize("elem_bytes", [2, 4])

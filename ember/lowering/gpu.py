@@ -25,6 +25,10 @@
   :class:`TensorMapSpec`) is a TMA tensor map of an argument: the host encodes it from the
   argument's address at the call (:attr:`HostPlan.tensor_maps`) instead of leaving it
   uninitialised;
+* a global buffer allocated under an ``AttrStmt`` with key ``"zero_init"`` is a workspace the
+  host fills with zeros when it allocates it (once: workspaces are kept between calls), so the
+  kernels that use it must leave it zero again (:attr:`HostPlan.zeroed`; the split-K tickets of
+  :mod:`ember.lowering.wgmma_ws` count up and are reset by the block that takes the last one);
 * an ``AttrStmt`` with key ``"cluster_dims"`` (value three positive ints) inside a kernel's
   ``blockIdx`` loop makes its blocks a Hopper thread-block cluster of that shape
   (:attr:`Kernel.cluster`, the kernel's ``.reqnctapercluster``); the grid must be a constant
@@ -117,6 +121,12 @@ def with_tensor_map(buf: Buffer, spec: TensorMapSpec, body: S.Stmt) -> S.Stmt:
     return S.AttrStmt(buf, "tensor_map", spec, S.Allocate(buf, body))
 
 
+def with_zeroed(buf: Buffer, body: S.Stmt) -> S.Stmt:
+    """``body`` with the global buffer ``buf`` allocated zero-filled once and kept between calls
+    (see the module doc: the kernels must leave it zero)."""
+    return S.AttrStmt(buf, "zero_init", True, S.Allocate(buf, body))
+
+
 @dataclass
 class HostPlan:
     """What the host does for one call: allocate workspaces, launch kernels, in order."""
@@ -128,6 +138,8 @@ class HostPlan:
     host_ir: str
     #: the workspaces that are tensor maps the host encodes, by buffer
     tensor_maps: dict[Buffer, TensorMapSpec] = field(default_factory=dict)
+    #: the workspaces allocated zero-filled (their kernels leave them zero)
+    zeroed: list[Buffer] = field(default_factory=list)
 
 
 # -- host/device split -------------------------------------------------------------------------
@@ -153,6 +165,7 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
     steps: list[tuple[str, Any]] = []
     host_lines: list[str] = []
     maps: dict[Buffer, TensorMapSpec] = {}
+    zeroed: list[Buffer] = []
 
     def walk(s: S.Stmt, depth: int) -> None:
         pad = "  " * (depth + 1)
@@ -172,6 +185,17 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
                                   f"{spec.rows} x {spec.cols}, pitch {spec.row_bytes} B, "
                                   f"box {spec.box_cols} x {spec.box_rows}"
                                   + (f", {spec.swizzle} B swizzle)" if spec.swizzle != 128 else ")"))
+                steps.append(("alloc", s.node))
+                walk(s.body.body, depth)
+                steps.append(("free", s.node))
+                return
+            if s.key == "zero_init":
+                if not (isinstance(s.body, S.Allocate) and s.body.buffer is s.node and s.node.scope == "global"):
+                    raise CodegenError(f"zero_init on {getattr(s.node, 'name', s.node)} must annotate its own global "
+                                       "allocation")
+                zeroed.append(s.node)
+                dims = ", ".join(map(str, s.node.shape))
+                host_lines.append(f"{pad}{s.node.name} = device_alloc_zeroed({s.node.dtype}, {dims})  # kept zero")
                 steps.append(("alloc", s.node))
                 walk(s.body.body, depth)
                 steps.append(("free", s.node))
@@ -216,7 +240,7 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
         raise CodegenError(f"{func.name} has no loop bound to a GPU thread axis: bind loops to blockIdx/threadIdx")
     params = ", ".join(p.name for p in func.params)
     host_ir = f"host {func.name}({params}):\n" + "\n".join(host_lines)
-    return HostPlan(func, kernels, steps, host_ir, maps)
+    return HostPlan(func, kernels, steps, host_ir, maps, zeroed)
 
 
 # -- one kernel ------------------------------------------------------------------------------------

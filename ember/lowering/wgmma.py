@@ -82,9 +82,15 @@ class WGTile:
     #: shared memory and a slot refilled sooner: more bytes in flight per multiprocessor)
     row_bytes: int = 128
     #: > 1 (with ``ws=2``, plain blocks): K is split into this many parts computed by different
-    #: blocks into a float32 workspace, summed (with the bias and ReLU) by a second kernel; for
-    #: products too short to give every multiprocessor a tile (a skinny ``16 x N x K``)
+    #: blocks into a float32 workspace, summed (with the bias and ReLU) by a second kernel or, with
+    #: ``last_block_sums``, by the block that finishes a tile's last part; for products too short
+    #: to give every multiprocessor a tile (a skinny ``16 x N x K``)
     split_k: int = 1
+    #: with ``split_k`` > 1: no second kernel; each block stores its part, takes a ticket of its
+    #: tile (a zero-initialised global counter, ``atom.add`` after a GPU-scope fence), and the block
+    #: that takes the last ticket sums the parts (with the bias and ReLU) into ``C`` and resets the
+    #: counter (the "serial split-K" / stream-K fix-up: one launch instead of two)
+    last_block_sums: bool = False
 
     @property
     def bm(self) -> int:
@@ -123,6 +129,8 @@ class WGTile:
             return f"{self.stages} stages with {self.inflight} groups in flight (needs 2 + inflight to {most} stages)"
         if self.split_k < 1 or (self.split_k > 1 and (self.ws != 2 or self.cluster != 1)):
             return f"split_k={self.split_k} (1, or parts of K with the TMA kernel ws=2 in plain blocks)"
+        if self.last_block_sums and self.split_k == 1:
+            return "last_block_sums needs split_k > 1 (parts of K to sum)"
         if self.row_bytes not in (64, 128) or (self.row_bytes == 64 and self.ws != 2):
             return f"row_bytes={self.row_bytes} (128, or 64 with the TMA kernel ws=2)"
         if self.ws not in (0, 1, 2) or self.sms < 1:

@@ -33,6 +33,15 @@ splits the roles, the way CUTLASS's warp-specialised Hopper kernels do:
   and one thread of the warpgroup stores the sub-tile with TMA (C's tensor map clips it at the
   edges) while the warpgroup goes on to the next (:func:`_tma_store_epilogue`); the other kernels
   store column pairs from registers (:func:`_register_store_epilogue`);
+* with split-K (``WGTile.split_k``) each block stores its float32 part of K into a ``[P, M, N]``
+  workspace; a second kernel sums the parts, or with ``last_block_sums`` the kernel does it
+  itself ("serial split-K"): after storing its part every consumer thread fences
+  (``fence.acq_rel.gpu``), the warpgroup meets at its named barrier, one thread adds one to the
+  tile's ticket (a zero-initialised workspace of one ``int32`` per tile and warpgroup,
+  :func:`ember.lowering.gpu.with_zeroed`), and ``bar.red.or`` tells the warpgroup whether that
+  was the ``P``-th arrival; that warpgroup resets the ticket to zero, fences again (acquire) and
+  sums the ``P`` parts in part order (the same order and rounding as the second kernel) with the
+  bias and ReLU into ``C``. No block waits for another, so no walk order can deadlock;
 * with two consumer warpgroups the producer gives registers back (``setmaxnreg.dec`` to 40) and the
   consumers take them (``setmaxnreg.inc`` to 232), as CUTLASS's warp-specialised kernels do.
 
@@ -60,7 +69,7 @@ from ..ir import stmt as S
 from ..ir.buffer import Buffer
 from ..ir.dtypes import INT32
 from ..ir.dtypes import dtype as as_dtype
-from .gpu import TensorMapSpec, with_tensor_map
+from .gpu import TensorMapSpec, with_tensor_map, with_zeroed
 from .wgmma import ATOM, WGTile, _call, _ev, chunk_copies, grouped_tile, xor3
 
 #: threads of the producer warpgroup
@@ -120,51 +129,95 @@ def _pair_value(acc: Buffer, r: int, bias: Buffer | None, col: E.PrimExpr, relu:
     """Accumulator registers ``r, r + 1`` as a pair of type ``out`` (two lanes of it): plus the
     ``bias`` pair at column ``col`` when given (read in its own type, added in float32), ReLU'd
     when asked, rounded once."""
-    f32x2 = as_dtype("float32").with_lanes(2)
+    pair = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, INT32.with_lanes(2)),), acc.dtype.with_lanes(2))
+    return _finish(pair, bias, col, relu, out, 2)
+
+
+def _pair_stores(dest: Buffer, at_of: Callable[[E.PrimExpr, E.PrimExpr], E.PrimExpr],
+                 pair: Callable[[int, E.PrimExpr, E.PrimExpr], E.PrimExpr],
+                 one: Callable[[int, E.PrimExpr, E.PrimExpr], E.PrimExpr], lane_t: E.PrimExpr, wg: E.PrimExpr,
+                 m0: E.PrimExpr, n0: E.PrimExpr, size: tuple[int, int], tile: tuple[int, int],
+                 edge: bool) -> list[S.Stmt]:
+    """One paired store into ``dest`` (at ``at_of(row, col)``) per column pair of a consumer
+    warpgroup's ``m64nN`` fragment (registers ``r, r + 1`` hold columns ``col, col + 1`` of one
+    row), the values from ``pair(r, row, col)`` (two lanes) and, for a last column alone,
+    ``one(r, row, col)``. With ``edge`` (some tile crosses ``M x N``) the stores are checked on the
+    tiles that cross it and unchecked on the others."""
+    (M, N), (bm, bn) = size, tile
     idx2 = INT32.with_lanes(2)
-    pair: E.PrimExpr = E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, idx2),), f32x2)
+    checked: list[S.Stmt] = []
+    unchecked: list[S.Stmt] = []
+    for r in range(0, bn // 2, 2):
+        row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
+        col = n0 + 8 * (r // 4) + 2 * (lane_t % 4)
+        at = at_of(row, col)
+        both = S.BufferStore(dest, pair(r, row, col), (E.Ramp(at, E.const(1), 2, idx2),))
+        first = S.IfThenElse(col < N, S.BufferStore(dest, one(r, row, col), (at,)))
+        checked.append(S.IfThenElse(row < M, S.IfThenElse(col + 1 < N, both, first)))
+        unchecked.append(both)
+    if not edge:
+        return unchecked
+    return [S.IfThenElse(E.logical_and(m0 + bm <= M, n0 + bn <= N), S.seq(*unchecked), S.seq(*checked))]
+
+
+def _finish(value: E.PrimExpr, bias: Buffer | None, col: E.PrimExpr, relu: bool, out: Any, lanes: int) -> E.PrimExpr:
+    """A float32 ``value`` of ``lanes`` (1 or 2) columns from ``col``: plus ``bias`` (read in its
+    own type, added in float32) when given, ReLU'd when asked, rounded once to ``out``."""
+    f32 = as_dtype("float32").with_lanes(lanes)
     if bias is not None:
-        bpair = E.BufferLoad(bias, (E.Ramp(col, E.const(1), 2, idx2),), bias.dtype.with_lanes(2))
-        pair = pair + (bpair if bias.dtype == acc.dtype else E.cast(f32x2, bpair))
+        b = (E.BufferLoad(bias, (E.Ramp(col, E.const(1), 2, INT32.with_lanes(2)),), bias.dtype.with_lanes(2))
+             if lanes == 2 else E.BufferLoad(bias, (col,), bias.dtype))
+        value = value + (b if bias.dtype.with_lanes(1) == as_dtype("float32") else E.cast(f32, b))
     if relu:
-        pair = E.max_expr(pair, E.Broadcast(E.const(0.0, "float32"), 2, f32x2))
-    return pair if out == acc.dtype else E.cast(out.with_lanes(2), pair)
+        zero = E.const(0.0, "float32")
+        value = E.max_expr(value, E.Broadcast(zero, 2, f32) if lanes == 2 else zero)
+    return value if out == as_dtype("float32") else E.cast(out.with_lanes(lanes), value)
 
 
 def _register_store_epilogue(acc: Buffer, C: Buffer, parts: Buffer | None, part: E.PrimExpr, bias: Buffer | None,
                              relu: bool, lane_t: E.PrimExpr, wg: E.PrimExpr, m0: E.PrimExpr, n0: E.PrimExpr,
                              size: tuple[int, int], tile: tuple[int, int], edge: bool) -> list[S.Stmt]:
     """The epilogue that stores a consumer warpgroup's accumulators from registers, a column pair
-    per store (registers ``r, r + 1`` of the ``m64nN`` fragment): into ``C`` with the bias, ReLU and
-    rounding, or, with split-K (``parts``), as float32 into part ``part`` of the ``[P, M, N]``
-    workspace (the bias and ReLU wait for the sum). With ``edge`` (some tile crosses C's edge) the
-    stores are checked against ``M x N`` on the tiles that cross it and unchecked on the others."""
-    (M, N), (bm, bn) = size, tile
-    odt = C.dtype
-    dest, dest_t = (parts, acc.dtype) if parts is not None else (C, odt)
-    bias_here = bias if parts is None else None
-    idx2 = INT32.with_lanes(2)
-    checked: list[S.Stmt] = []
-    unchecked: list[S.Stmt] = []
-    for r in range(0, bn // 2, 2):  # registers r, r + 1 hold columns col, col + 1 of one row: one paired store
-        row = m0 + wg * 64 + (lane_t // 32) * 16 + (lane_t % 32) // 4 + 8 * ((r // 2) % 2)
-        col = n0 + 8 * (r // 4) + 2 * (lane_t % 4)
-        vpair = _pair_value(acc, r, bias_here, col, relu and parts is None, dest_t)
-        one: E.PrimExpr = E.BufferLoad(acc, (E.const(r),), acc.dtype)
-        if bias_here is not None:
-            bone = E.BufferLoad(bias_here, (col,), odt)
-            one = one + (bone if odt == acc.dtype else E.cast(acc.dtype, bone))
-        if relu and parts is None:
-            one = E.max_expr(one, E.const(0.0, "float32"))
-        vone = one if dest_t == acc.dtype else E.cast(dest_t, one)
-        at = part * (M * N) + row * N + col if parts is not None else row * N + col
-        both = S.BufferStore(dest, vpair, (E.Ramp(at, E.const(1), 2, idx2),))
-        first = S.IfThenElse(col < N, S.BufferStore(dest, vone, (at,)))
-        checked.append(S.IfThenElse(row < M, S.IfThenElse(col + 1 < N, both, first)))
-        unchecked.append(both)
-    if not edge:
-        return unchecked
-    return [S.IfThenElse(E.logical_and(m0 + bm <= M, n0 + bn <= N), S.seq(*unchecked), S.seq(*checked))]
+    per store: into ``C`` with the bias, ReLU and rounding, or, with split-K (``parts``), as
+    float32 into part ``part`` of the ``[P, M, N]`` workspace (the bias and ReLU wait for the sum)."""
+    M, N = size
+    f32x2 = as_dtype("float32").with_lanes(2)
+    if parts is not None:
+        return _pair_stores(
+            parts, lambda row, col: part * (M * N) + row * N + col,
+            lambda r, row, col: E.BufferLoad(acc, (E.Ramp(E.const(r), E.const(1), 2, INT32.with_lanes(2)),), f32x2),
+            lambda r, row, col: E.BufferLoad(acc, (E.const(r),), acc.dtype), lane_t, wg, m0, n0, size, tile, edge)
+    return _pair_stores(
+        C, lambda row, col: row * N + col, lambda r, row, col: _pair_value(acc, r, bias, col, relu, C.dtype),
+        lambda r, row, col: _finish(E.BufferLoad(acc, (E.const(r),), acc.dtype), bias, col, relu, C.dtype, 1),
+        lane_t, wg, m0, n0, size, tile, edge)
+
+
+def _summed_store_epilogue(parts: Buffer, P: int, C: Buffer, bias: Buffer | None, relu: bool, lane_t: E.PrimExpr,
+                           wg: E.PrimExpr, m0: E.PrimExpr, n0: E.PrimExpr, size: tuple[int, int],
+                           tile: tuple[int, int], edge: bool) -> list[S.Stmt]:
+    """The epilogue of the block that took a tile's last split-K ticket: for each of the
+    warpgroup's fragment positions, the ``P`` float32 parts of the ``[P, M, N]`` workspace summed
+    in part order, plus the bias, ReLU'd, rounded once and stored into ``C`` (as the second
+    kernel of :func:`sum_parts_kernel` does for every element)."""
+    M, N = size
+    f32 = as_dtype("float32")
+
+    def total(row: E.PrimExpr, col: E.PrimExpr, lanes: int) -> E.PrimExpr:
+        acc: E.PrimExpr | None = None
+        for p in range(P):
+            at = p * (M * N) + row * N + col
+            x = (E.BufferLoad(parts, (E.Ramp(at, E.const(1), 2, INT32.with_lanes(2)),), f32.with_lanes(2))
+                 if lanes == 2 else E.BufferLoad(parts, (at,), f32))
+            acc = x if acc is None else acc + x
+        assert acc is not None
+        return acc
+
+    return _pair_stores(
+        C, lambda row, col: row * N + col,
+        lambda r, row, col: _finish(total(row, col, 2), bias, col, relu, C.dtype, 2),
+        lambda r, row, col: _finish(total(row, col, 1), bias, col, relu, C.dtype, 1),
+        lane_t, wg, m0, n0, size, tile, edge)
 
 
 def staged_offset(row: Any, col: Any, elem_bytes: int) -> Any:
@@ -358,6 +411,27 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         edge = bool(M % bm or N % bn or mt % cl)  # edge tiles (or a cluster's tile row past M) exist
         epi = _register_store_epilogue(acc, C, parts, part, bias_buf, relu, lane_t, wg, m0, n0, (M, N), (bm, bn),
                                        edge)
+    serial = parts is not None and t.last_block_sums
+    tickets = ticket = None
+    if serial:
+        assert parts is not None
+        # one counter per (tile, consumer warpgroup): this warpgroup's rows of the tile are complete
+        # when all P parts have arrived; the warpgroup that takes the last ticket sums them
+        tickets = Buffer("wg_tickets", INT32, (E.const(mt * nt * consumers),), (), "global")
+        ticket = Buffer("wg_ticket", INT32, (E.const(1),), (), "local")
+        took = E.BufferLoad(ticket, (E.const(0),), INT32)
+        epi = epi + [
+            _ev("tc.fence_gpu"),  # this thread's part stores, ordered before the ticket (release)
+            S.BufferStore(ticket, E.const(0), (E.const(0),)),
+            _ev("tc.named_barrier:128", wg + 1),
+            S.IfThenElse(lane_t == 0, S.BufferStore(ticket, _call(
+                f"tc.splitk_ticket:{P}", E.BufferLoad(tickets, ((by * nt + bx) * consumers + wg,), INT32)),
+                (E.const(0),))),
+            S.IfThenElse(_call("tc.bar_or:128", wg + 1, took) != 0, S.seq(
+                _ev("tc.fence_gpu"),  # the other blocks' parts, ordered after their tickets (acquire)
+                *_summed_store_epilogue(parts, P, C, bias_buf, relu, lane_t, wg, m0, n0, (M, N), (bm, bn),
+                                        bool(M % bm or N % bn)))),
+        ]
     consumer_tile = S.seq(
         *zero,
         S.For(kc, E.const(0), E.const(cpp), S.ForKind.SERIAL, S.seq(*mma), "", ()),
@@ -371,6 +445,8 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
         consumer = S.LetStmt(obase, ((ATOM - out_addr % ATOM) % ATOM) // oesz, S.seq(consumer, drain))
         consumer = S.Allocate(out_smem, consumer)
     consumer = S.Allocate(acc, consumer)
+    if ticket is not None:
+        consumer = S.Allocate(ticket, consumer)
 
     init = [_ev(f"tc.mbar_init:{1 if tma else PRODUCER}", full(s)) for s in range(stages)]
     init += [_ev(f"tc.mbar_init:{consumers * cl}", empty(s)) for s in range(stages)]
@@ -396,7 +472,9 @@ def ws_gemm_func(M: int, N: int, K: int, idt_name: str, odt_name: str, t: WGTile
     if cl > 1:
         kernel = S.AttrStmt(None, "cluster_dims", (cl, 1, 1), kernel)
     kernel = S.For(blk, E.const(0), E.const(grid), S.ForKind.THREAD_BINDING, kernel, "blockIdx.x")
-    if parts is not None:  # a second kernel sums the parts of K (one workspace for both)
+    if tickets is not None:  # the last block of each tile sums its parts: the tickets start (and end) zero
+        kernel = S.Allocate(parts, with_zeroed(tickets, kernel))
+    elif parts is not None:  # a second kernel sums the parts of K (one workspace for both)
         kernel = S.Allocate(parts, S.seq(kernel, sum_parts_kernel(parts, P, M, N, C, bias_buf, relu)))
     if out_smem is not None:  # C is written by TMA stores of 64-row sub-tiles, 128 bytes wide
         kernel = with_tensor_map(map_c, TensorMapSpec(C, odt_name, E.const(M), E.const(N), E.const(N * oesz),

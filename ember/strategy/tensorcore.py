@@ -458,6 +458,11 @@ def wgmma_matmul(
                            tgt.max_shared_memory_per_block_optin, bias, relu)
 
 
+#: split-K products of the TMA kernel are summed by the block that finishes a tile's last part
+#: (``WGTile.last_block_sums``: one launch) rather than by a second kernel
+SPLIT_K_LAST_BLOCK = True
+
+
 def default_wgmma_tile(M: int, N: int, sms: int = 132, K: int = 0) -> WGTile:
     """The wgmma tiling :func:`tensorcore_gemm` picks: the warp-specialised persistent kernel with
     a TMA producer (``ws=2``), two consumer warpgroups, 4 stages, tiles walked in groups of 16 rows
@@ -466,14 +471,15 @@ def default_wgmma_tile(M: int, N: int, sms: int = 132, K: int = 0) -> WGTile:
     clusters 1-1.7 % above plain blocks in eight paired runs, ``docs/gpu.md``); for at most 64
     rows whose 64 x 128 tiles leave half the multiprocessors idle (a skinny product, bandwidth-bound)
     one consumer warpgroup, 8 stages and K split into parts (at least 4 chunks each) until the
-    tiles times the parts fill the multiprocessors; else 128 x 128 plain blocks (twice the tiles;
+    tiles times the parts fill the multiprocessors, summed by the block that finishes a tile's last
+    part (:data:`SPLIT_K_LAST_BLOCK`); else 128 x 128 plain blocks (twice the tiles;
     not measured apart)."""
     if -(-M // 128) * -(-N // 256) >= sms:
         return WGTile(2, 256, 4, 1, 16, ws=2, sms=sms, cluster=2 if sms >= 2 else 1)
     nt = -(-N // 128)
     if M <= 64 and 2 * nt < sms:
         parts = max(1, min(-(-K // 64) // 4, sms // nt))
-        return WGTile(1, 128, 8, 1, 0, ws=2, sms=sms, split_k=parts)
+        return WGTile(1, 128, 8, 1, 0, ws=2, sms=sms, split_k=parts, last_block_sums=parts > 1 and SPLIT_K_LAST_BLOCK)
     return WGTile(2, 128, 4, 1, 16, ws=2, sms=sms)
 
 
@@ -496,7 +502,7 @@ def model_wgmma_tile(M: int, N: int, K: int, sms: int = 132) -> WGTile:
         return tile
     tiles = -(-M // tile.bm) * -(-N // tile.bn)
     parts = max(1, min(-(-K // 64) // 4, sms // tiles)) if 2 * tiles <= sms else 1
-    return dataclasses.replace(tile, split_k=parts) if parts > 1 else tile
+    return dataclasses.replace(tile, split_k=parts, last_block_sums=SPLIT_K_LAST_BLOCK) if parts > 1 else tile
 
 
 def wgmma_applies(M: int, N: int, K: int, in_dtype: str, b_transposed: bool, target: Target) -> str | None:

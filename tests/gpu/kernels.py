@@ -361,7 +361,7 @@ ALL_COMPILE = {
     "softmax": lambda: softmax(),
     "gemm_tiled": lambda: gemm_tiled(256, 192, 320),
     "gemm_fast": lambda: gemm_fast(512, 512, 512),
-    "gemm_fast_grouped": lambda: gemm_fast(512, 384, 256, bm=256, tm=16, warp=(4, 8), bk=16, stages=4, grouped=True),
+    "gemm_fast_grouped": lambda: gemm_fast(512, 384, 256, bk=16, stages=2, grouped=True),
     "pow": lambda: pow_kernel(),
     **{f"math_{k}": (lambda k=k: unary(k)) for k in MATH_FUNCS},
     **{f"math64_{k}": (lambda k=k: unary(k, "float64")) for k in ("exp", "log", "sin", "tanh", "erf")},

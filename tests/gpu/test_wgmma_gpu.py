@@ -138,15 +138,43 @@ def test_wgmma_tf32_tma(hopper, tmp_path, M, N, K, cluster, rb):
                                                        (16, 4096, 4096, True, 4, "float32"),
                                                        (100, 264, 1000, True, 4, "float16"),
                                                        (17, 24, 40, False, 2, "float32")])
-def test_wgmma_split_k(hopper, tmp_path, M, N, K, b_t, parts, out_dtype):
-    """Split-K (the skinny default): parts of K in float32 summed by a second kernel, at sizes no
-    tile divides; with K of one chunk the second part is all zeros past K."""
-    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, WGTile(1, 128, 8, 1, 0, ws=2, sms=132, split_k=parts),
-         out_dtype=out_dtype)
+@pytest.mark.parametrize("last", [False, True])
+def test_wgmma_split_k(hopper, tmp_path, M, N, K, b_t, parts, out_dtype, last):
+    """Split-K (the skinny default): parts of K in float32 summed by a second kernel or by the
+    block that takes a tile's last ticket, at sizes no tile divides; with K of one chunk the second
+    part is all zeros past K."""
+    tile = WGTile(1, 128, 8, 1, 0, ws=2, sms=132, split_k=parts, last_block_sums=last)
+    _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, tile, out_dtype=out_dtype)
+
+
+@pytest.mark.parametrize("sms,warpgroups", [(3, 1), (5, 2), (132, 2)])
+def test_last_block_sums_resets_its_tickets(hopper, tmp_path, sms, warpgroups):
+    """The one-launch split-K: the tickets (a zero-initialised workspace) are back at zero after a
+    call, so ten calls on fresh inputs each give their own product; with 3 or 5 persistent blocks a
+    block takes several parts of one tile in turn. Checked against float64 with the float32
+    accumulation bound, the output poisoned before every call."""
+    M, N, K, parts = 130, 264, 1000, 3
+    tile = WGTile(warpgroups, 128, 8 if warpgroups == 1 else 4, 1, 0, ws=2, sms=sms, split_k=parts,
+                  last_block_sums=True)
+    f = ember.build(wgmma_matmul(M, N, K, "float16", "float32", tile, bias=True, relu=True,
+                                 target="cuda -arch=sm_90"), target="cuda -arch=sm_90", cache_dir=tmp_path)
+    assert "device_alloc_zeroed" in f.get_source("host") and "kernel1" not in f.get_source("host")
+    for _ in range(10):
+        a = rng.standard_normal((M, K)).astype("float16")
+        b = rng.standard_normal((K, N)).astype("float16")
+        bias = rng.standard_normal(N).astype("float32")
+        c = ember.nd.array(np.full((M, N), np.nan, "float32"), hopper)
+        f(ember.nd.array(a, hopper), ember.nd.array(b, hopper), ember.nd.array(bias, hopper), c)
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        ref = np.maximum(a64 @ b64 + bias, 0.0)
+        bound = np.abs(a64) @ np.abs(b64) + np.abs(bias)
+        got = c.numpy().astype(np.float64)
+        assert np.isfinite(got).all() and (np.abs(got - ref) <= 2.0**-20 * bound).all()
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "float16"])
 @pytest.mark.parametrize("tile", [WGTile(2, 128, 4, 1, 2), WGTile(1, 128, 8, 1, 0, ws=2, split_k=3),
+                                  WGTile(1, 128, 8, 1, 0, ws=2, split_k=3, last_block_sums=True),
                                   WGTile(2, 256, 4, 1, 16, ws=2, cluster=2)])
 def test_wgmma_bias_relu(hopper, tmp_path, out_dtype, tile):
     """The fused epilogue: relu(A @ B + bias) rounded once to C's type."""

@@ -195,7 +195,8 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
             b.call(asm, [dst, src, self._int_cast(self.expr(size), I32)])
             return ir.Constant(I32, 0)
         if e.op.startswith(("tc.wgmma", "tc.fence_proxy_async", "tc.shared_addr", "tc.mbar", "tc.cp_async_mbar",
-                            "tc.tma", "tc.cluster", "tc.bulk_", "tc.named_barrier", "tc.setmaxnreg")):
+                            "tc.tma", "tc.cluster", "tc.bulk_", "tc.named_barrier", "tc.setmaxnreg",
+                            "tc.splitk_ticket", "tc.bar_or", "tc.fence_gpu")):
             return self._hopper_call(e)
         if e.op == "tc.cp_async_commit":
             b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}",
@@ -233,7 +234,11 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         thread's current bulk group), ``tc.bulk_commit``, ``tc.bulk_wait_read:<n>`` (until at most
         ``n`` of the thread's bulk groups have not yet read their shared source), ``tc.bulk_wait:<n>``
         (... not yet completed) and ``tc.named_barrier:<threads>`` (barrier id: ``bar.sync`` of that
-        many threads)."""
+        many threads); the serial split-K reduction's ``tc.fence_gpu`` (``fence.acq_rel.gpu``),
+        ``tc.splitk_ticket:<parts>`` (a global ``int32`` counter: after a GPU-scope fence, adds one
+        and returns 1 when this was the ``parts``-th arrival, which also resets the counter to 0; else
+        0) and ``tc.bar_or:<threads>`` (barrier id, value: ``bar.red.or`` of that many threads,
+        returns 1 when any thread's value was non-zero)."""
         from ...lowering.wgmma import SWIZZLE_128B
 
         b = self.builder
@@ -273,6 +278,21 @@ class CodeGenNVPTX(CodeGenGPU, FallbackMath):
         if e.op.startswith(("tc.bulk_wait_read:", "tc.bulk_wait:")):
             head, n = e.op.split(":")
             return self._void_asm(f"cp.async.bulk.wait_group{'.read' if head.endswith('read') else ''} {int(n)};")
+        if e.op == "tc.fence_gpu":
+            return self._void_asm("fence.acq_rel.gpu;")
+        if e.op.startswith("tc.splitk_ticket:"):
+            last = int(e.op[len("tc.splitk_ticket:"):]) - 1
+            counter = b.ptrtoint(self.operand_ptr(e.args[0]), i64)
+            text = ("{ .reg .u32 old; .reg .pred last; fence.acq_rel.gpu; atom.global.add.u32 old, [$1], 1; "
+                    f"setp.eq.u32 last, old, {last}; @last st.global.u32 [$1], 0; selp.u32 $0, 1, 0, last; }}")
+            return b.call(ir.InlineAsm(ir.FunctionType(I32, [i64]), text, "=r,l,~{memory}", side_effect=True),
+                          [counter])
+        if e.op.startswith("tc.bar_or:"):
+            count = int(e.op[len("tc.bar_or:"):])
+            text = ("{ .reg .pred pin, pout; setp.ne.u32 pin, $2, 0; "
+                    f"bar.red.or.pred pout, $1, {count}, pin; selp.u32 $0, 1, 0, pout; }}")
+            return b.call(ir.InlineAsm(ir.FunctionType(I32, [I32, I32]), text, "=r,r,r,~{memory}", side_effect=True),
+                          [self._int_cast(self.expr(e.args[0]), I32), self._int_cast(self.expr(e.args[1]), I32)])
         if e.op.startswith("tc.named_barrier:"):
             count = int(e.op[len("tc.named_barrier:"):])
             fty = ir.FunctionType(ir.VoidType(), [I32])

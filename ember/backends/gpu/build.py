@@ -31,7 +31,8 @@ def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict
     trees over the signature's sizes, block, shared memory, parameter types, arguments), steps
     and workspaces (byte counts as expression trees; see :mod:`ember.runtime.size_expr`; a
     workspace that is a TMA tensor map also has ``tensor_map``: the argument index, dtype, rows,
-    columns and row pitch as trees, the box).
+    columns and row pitch as trees, the box; one the host fills with zeros when it allocates it
+    has ``zeroed``).
     Raises CodegenError when a launch size is not an integer expression of the sizes."""
     func = plan.func
     bufs = [p for p in func.params if isinstance(p, Buffer)]
@@ -86,6 +87,8 @@ def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict
                 "row_bytes": _tree(E.cast("int64", spec.row_bytes), scal_index, b.name),
                 "box": [spec.box_cols, spec.box_rows], **({"swizzle": spec.swizzle} if spec.swizzle != 128 else {}),
             }
+        if any(z is b for z in plan.zeroed):
+            entry["zeroed"] = True
         ws.append(entry)
     return {"kernels": kernels, "steps": steps, "workspaces": ws}
 

@@ -92,6 +92,8 @@ class GPUFunction(Function):
                           compile_tree(tm["row_bytes"]), tuple(tm["box"]), tm.get("swizzle", 128))
                       for w, ws in enumerate(plan["workspaces"]) if (tm := ws.get("tensor_map")) is not None}
         self._map_cache: OrderedDict[tuple[int, ...], GPUArray] = OrderedDict()
+        # workspaces filled with zeros when allocated (their kernels leave them zero: split-K tickets)
+        self._zeroed = {w for w, ws in enumerate(plan["workspaces"]) if ws.get("zeroed")}
         self._nscal = nscal
         # per thread: the default-stream workspaces (two threads may call one function at once)
         self._tls = threading.local()
@@ -319,9 +321,20 @@ class GPUFunction(Function):
         if buf is None or buf.shape[0] < nbytes:
             if buf is not None:
                 Device(self._kind, index).sync()  # earlier launches may still use the smaller buffer
-            buf = empty((nbytes,), DataType("uint", 8), Device(self._kind, index))
+            buf = self._new_workspace(wid, nbytes, index)
             kept[(wid, index)] = buf
         return buf
+
+    def _new_workspace(self, wid: int, nbytes: int, index: int) -> Any:
+        """A new device buffer for workspace ``wid``: uninitialised, or filled with zeros when the
+        plan says ``zeroed`` (copied, then the device synchronised, so that the zeros have landed
+        before a launch on any stream uses them; once per buffer, as workspaces are kept)."""
+        dev = Device(self._kind, index)
+        if wid in self._zeroed:
+            buf = array(np.zeros(nbytes, np.uint8), DataType("uint", 8), dev)
+            dev.sync()
+            return buf
+        return empty((nbytes,), DataType("uint", 8), dev)
 
     #: Tensor maps one function keeps for calls on the default stream (least recently used dropped).
     MAP_CACHE = 256
@@ -360,7 +373,7 @@ class GPUFunction(Function):
         key = (id(self), wid, nbytes)
         buf = kept.get(key)
         if buf is None:
-            buf = empty((nbytes,), DataType("uint", 8), Device(self._kind, index))
+            buf = self._new_workspace(wid, nbytes, index)
             kept[key] = buf
         return buf
 

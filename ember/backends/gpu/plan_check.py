@@ -85,7 +85,8 @@ def check_plan(plan: Any, sig: dict[str, Any]) -> list[str]:
     ``args`` ``[src, index]`` with src ``arg`` (a buffer parameter), ``ws`` (a workspace) or
     ``scalar`` (a size), index in range; ``aligned_args`` buffer indices. Steps are
     ``["launch", kernel]``, ``["alloc", ws]``, ``["free", ws]`` in range; workspaces have a name
-    and an ``nbytes`` tree, and a workspace that is a TMA tensor map a ``tensor_map`` with a
+    and an ``nbytes`` tree (``zeroed``, when present, is true: filled with zeros when allocated),
+    and a workspace that is a TMA tensor map a ``tensor_map`` with a
     buffer argument index, a TMA data type, rows/cols/row_bytes trees, a box of two ints in
     1..256 and optionally a swizzle of 64 or 128 bytes."""
     fname = sig["name"]
@@ -106,6 +107,9 @@ def check_plan(plan: Any, sig: dict[str, Any]) -> list[str]:
         check_tree(ws.get("nbytes"), nsizes, f"{where}: the size of workspace {w}")
         if "tensor_map" in ws:
             _check_tensor_map(ws["tensor_map"], f"{where}: the tensor map of workspace {w}", nbuf, nsizes)
+        if "zeroed" in ws and (ws["zeroed"] is not True or "tensor_map" in ws):
+            raise ModelFormatError(f"{where}: workspace {w} has 'zeroed' {ws['zeroed']!r}: true (zero-filled when "
+                                   "allocated) on a plain workspace, or absent")
     names = []
     for kid, k in enumerate(kernels):
         names.append(_check_kernel(k, f"{where}: kernel {kid}", nbuf, nws, nsizes))
