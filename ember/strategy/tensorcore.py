@@ -458,9 +458,14 @@ def wgmma_matmul(
                            tgt.max_shared_memory_per_block_optin, bias, relu)
 
 
-#: split-K products of the TMA kernel are summed by the block that finishes a tile's last part
-#: (``WGTile.last_block_sums``: one launch) rather than by a second kernel
-SPLIT_K_LAST_BLOCK = True
+#: split-K products of the TMA kernel in at most this many parts are summed by the block that
+#: finishes a tile's last part (``WGTile.last_block_sums``: one launch) instead of by a second
+#: kernel. 1, so never by default: measured on the H200 (``benchmarks/results/
+#: split_k_last_block_ab_h200.json``), BERT-base fp16 ran 0.80-0.81 ms with two kernels and 0.90
+#: ms with the last block summing its products of 3 parts. The serial sum (one warpgroup reads
+#: every part of its tile after the ticket's fence) costs more than the second kernel's launch
+#: inside a CUDA graph, where the gap between kernels is about a microsecond.
+SPLIT_K_LAST_BLOCK_PARTS = 1
 
 
 def default_wgmma_tile(M: int, N: int, sms: int = 132, K: int = 0) -> WGTile:
@@ -472,14 +477,15 @@ def default_wgmma_tile(M: int, N: int, sms: int = 132, K: int = 0) -> WGTile:
     rows whose 64 x 128 tiles leave half the multiprocessors idle (a skinny product, bandwidth-bound)
     one consumer warpgroup, 8 stages and K split into parts (at least 4 chunks each) until the
     tiles times the parts fill the multiprocessors, summed by the block that finishes a tile's last
-    part (:data:`SPLIT_K_LAST_BLOCK`); else 128 x 128 plain blocks (twice the tiles;
-    not measured apart)."""
+    part when there are few (:data:`SPLIT_K_LAST_BLOCK_PARTS`); else 128 x 128 plain blocks (twice
+    the tiles; not measured apart)."""
     if -(-M // 128) * -(-N // 256) >= sms:
         return WGTile(2, 256, 4, 1, 16, ws=2, sms=sms, cluster=2 if sms >= 2 else 1)
     nt = -(-N // 128)
     if M <= 64 and 2 * nt < sms:
         parts = max(1, min(-(-K // 64) // 4, sms // nt))
-        return WGTile(1, 128, 8, 1, 0, ws=2, sms=sms, split_k=parts, last_block_sums=parts > 1 and SPLIT_K_LAST_BLOCK)
+        return WGTile(1, 128, 8, 1, 0, ws=2, sms=sms, split_k=parts,
+                      last_block_sums=1 < parts <= SPLIT_K_LAST_BLOCK_PARTS)
     return WGTile(2, 128, 4, 1, 16, ws=2, sms=sms)
 
 
@@ -502,7 +508,8 @@ def model_wgmma_tile(M: int, N: int, K: int, sms: int = 132) -> WGTile:
         return tile
     tiles = -(-M // tile.bm) * -(-N // tile.bn)
     parts = max(1, min(-(-K // 64) // 4, sms // tiles)) if 2 * tiles <= sms else 1
-    return dataclasses.replace(tile, split_k=parts, last_block_sums=SPLIT_K_LAST_BLOCK) if parts > 1 else tile
+    return (dataclasses.replace(tile, split_k=parts, last_block_sums=parts <= SPLIT_K_LAST_BLOCK_PARTS) if parts > 1
+            else tile)
 
 
 def wgmma_applies(M: int, N: int, K: int, in_dtype: str, b_transposed: bool, target: Target) -> str | None:
