@@ -149,3 +149,26 @@ def test_vars_compare_by_identity():
     assert a is not b and a.uid != b.uid
     d = {a: 1}
     assert d.get(b) is None and d[a] == 1
+
+
+def test_a_copied_var_is_a_new_variable():
+    """A copy of a variable (pickle: Dask sends a tuning task to its workers; copy) is a new variable
+    with a number of its own, so the simplifier never takes it for another variable of the process
+    that shares its number (``i0*16384 + i2.outer*32`` was simplified to ``i2.outer*16416``)."""
+    import copy
+    import pickle
+
+    from ember.arith.linear import structural_key
+    from ember.arith.simplifier import simplify
+
+    a = te.var("i0")
+    for b in (pickle.loads(pickle.dumps(a)), copy.copy(a), copy.deepcopy(a)):
+        assert b is not a and b.uid != a.uid and (b.name, b.dtype) == (a.name, a.dtype)
+        assert structural_key(b) != structural_key(a)
+        assert str(simplify(a * 16384 + b * 32)) == "((i0 * 16384) + (i0 * 32))"
+    e = pickle.loads(pickle.dumps(a * 4 + a))  # one copy per variable: the expression's two uses stay one
+    assert e.a.a is e.b and e.b is not a
+    assert str(simplify(e)) == "(i0 * 5)"
+    assert E.Var("n").uid > a.uid
+    with pytest.raises(TypeError):
+        E.Var("n", E.INT32, a.uid)  # the number is not an argument

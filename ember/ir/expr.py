@@ -166,11 +166,23 @@ _var_ids = itertools.count()
 
 @_node
 class Var(PrimExpr):
-    """A variable: a loop index, a symbolic size or a pointer. Compared by identity."""
+    """A variable: a loop index, a symbolic size or a pointer. Compared by identity.
+
+    ``uid`` numbers the variables of this process (:func:`ember.arith.linear.structural_key`
+    tells variables apart by it), so two variables never share one: it is not an argument, and
+    a copy (``pickle``: Dask sends a tuning task to its worker processes; ``copy``) is a new
+    variable that takes the next number of the process that makes it. Keeping the number would
+    give a worker's copy of a variable the number of another variable the worker made itself
+    (its counter starts again), and the simplifier would take the two for one
+    (``i0*16384 + i2.outer*32`` became ``i2.outer*16416``: a wrong, crashing candidate)."""
 
     name: str
     dtype: DataType = INT32
-    uid: int = field(default_factory=lambda: next(_var_ids))
+    uid: int = field(default_factory=lambda: next(_var_ids), init=False)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, DataType]]:
+        # Pickle keeps one copy per variable (its memo), so the copies stay one variable each.
+        return Var, (self.name, self.dtype)
 
 
 # -- arithmetic -------------------------------------------------------------------------------

@@ -77,6 +77,56 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path, monkeypatch):
         ember.tune_kernel(schedule, args, "llvm", space=space, trials=4, workers=1, dask=addr)
 
 
+_FRESH_WORKER = """
+import itertools, json
+import cloudpickle
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from ember.ir import expr as E
+from ember.tune.measure import build_one
+from ember.tune.task import extract_tasks
+
+w = np.random.default_rng(0).standard_normal((128, 128)).astype("float32")
+model = helper.make_model(helper.make_graph(
+    [helper.make_node("MatMul", ["x", "w"], ["y"])], "gemm",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [128, 128])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [128, 128])], [numpy_helper.from_array(w, "w")]),
+    opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+start = next(E._var_ids)
+(task,) = extract_tasks(model, "llvm")
+# the default, the K-blocked point a Dask run measured as a segfault, and a few others
+configs = [task.space.default.to_json(), task.space.get(9649).to_json()]
+configs += [c.to_json() for c in task.space.sample(4, seed=0, valid_only=True)]
+want = [build_one(task, c) for c in configs]
+sent = cloudpickle.dumps(task)
+# A worker's process has numbered its variables only up to where the tuner's started its task's
+E._var_ids = itertools.count(start)
+got = cloudpickle.loads(sent)
+made = max(E.Var("v").uid for _ in range(3))
+print(json.dumps({"fresh_numbers": made > max(iv.var.uid for iv in got.args[-1].op.axis),
+                  "same": [(g.parts, g.error) == (w.parts, w.error)
+                           for g, w in zip((build_one(got, c) for c in configs), want)]}))
+"""
+
+
+def test_a_task_sent_to_a_worker_process_builds_the_same_candidates():
+    """A Dask worker receives the tuning task pickled, in a process that numbers its variables from
+    the start again: the copy's variables must not share numbers with the variables its builds
+    make (the simplifier took the batch axis for a loop of the same number, and a K-blocked GEMM
+    candidate of the first batch wrote out of bounds: a segfault in the measuring process). In a
+    child process (the test moves the variable counter back, as a worker's is)."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("cloudpickle")
+    out = subprocess.run([sys.executable, "-c", _FRESH_WORKER], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["fresh_numbers"]
+    assert result["same"] == [True] * len(result["same"])
+
+
 # -- feeding the measuring workers (the GPU way) and workers that die ---------------------------------
 def _dask_executor(monkeypatch, made, stream):
     """Make the tuner build its executor as a DaskExecutor with ``stream`` (True: measurements fed as
