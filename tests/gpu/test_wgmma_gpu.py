@@ -141,9 +141,9 @@ def test_wgmma_tf32_tma(hopper, tmp_path, M, N, K, cluster, rb):
                                                        (40, 1001, 1000, True, 3, "float16")])
 @pytest.mark.parametrize("last", [False, True])
 def test_wgmma_split_k(hopper, tmp_path, M, N, K, b_t, parts, out_dtype, last):
-    """Split-K (the skinny default): parts of K in float32 summed by a second kernel (four elements
-    per thread, or one when N is not a multiple of 4: N = 1001) or by the block that takes a tile's
-    last ticket, at sizes no tile divides; with K of one chunk the second part is all zeros past K."""
+    """Split-K (the skinny default): parts of K in float32 summed by a second kernel or by the
+    block that takes a tile's last ticket, at sizes no tile divides (N = 1001 with B as N x K); with
+    K of one chunk the second part is all zeros past K."""
     tile = WGTile(1, 128, 8, 1, 0, ws=2, sms=132, split_k=parts, last_block_sums=last)
     _run(hopper, tmp_path, M, N, K, "bfloat16", b_t, tile, out_dtype=out_dtype)
 
