@@ -139,7 +139,7 @@ class HostPlan:
     #: the workspaces that are tensor maps the host encodes, by buffer
     tensor_maps: dict[Buffer, TensorMapSpec] = field(default_factory=dict)
     #: the workspaces allocated zero-filled (their kernels leave them zero)
-    zeroed: list[Buffer] = field(default_factory=list)
+    zeroed: set[Buffer] = field(default_factory=set)
 
 
 # -- host/device split -------------------------------------------------------------------------
@@ -165,7 +165,14 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
     steps: list[tuple[str, Any]] = []
     host_lines: list[str] = []
     maps: dict[Buffer, TensorMapSpec] = {}
-    zeroed: list[Buffer] = []
+    zeroed: set[Buffer] = set()
+
+    def allocated(buf: Buffer, body: S.Stmt, depth: int, made_by: str) -> None:
+        """The host allocates workspace ``buf`` (``made_by``, for the host IR) around ``body``'s steps."""
+        host_lines.append(f"{'  ' * (depth + 1)}{buf.name} = {made_by}")
+        steps.append(("alloc", buf))
+        walk(body, depth)
+        steps.append(("free", buf))
 
     def walk(s: S.Stmt, depth: int) -> None:
         pad = "  " * (depth + 1)
@@ -181,24 +188,17 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
                     raise CodegenError(f"tensor map {getattr(s.node, 'name', s.node)} must annotate its own global "
                                        "allocation and name an argument of the function as its source")
                 maps[s.node] = spec
-                host_lines.append(f"{pad}{s.node.name} = tensor_map({spec.source.name}, {spec.dtype}, "
-                                  f"{spec.rows} x {spec.cols}, pitch {spec.row_bytes} B, "
-                                  f"box {spec.box_cols} x {spec.box_rows}"
-                                  + (f", {spec.swizzle} B swizzle)" if spec.swizzle != 128 else ")"))
-                steps.append(("alloc", s.node))
-                walk(s.body.body, depth)
-                steps.append(("free", s.node))
+                allocated(s.node, s.body.body, depth, f"tensor_map({spec.source.name}, {spec.dtype}, "
+                          f"{spec.rows} x {spec.cols}, pitch {spec.row_bytes} B, box {spec.box_cols} x {spec.box_rows}"
+                          + (f", {spec.swizzle} B swizzle)" if spec.swizzle != 128 else ")"))
                 return
             if s.key == "zero_init":
                 if not (isinstance(s.body, S.Allocate) and s.body.buffer is s.node and s.node.scope == "global"):
                     raise CodegenError(f"zero_init on {getattr(s.node, 'name', s.node)} must annotate its own global "
                                        "allocation")
-                zeroed.append(s.node)
+                zeroed.add(s.node)
                 dims = ", ".join(map(str, s.node.shape))
-                host_lines.append(f"{pad}{s.node.name} = device_alloc_zeroed({s.node.dtype}, {dims})  # kept zero")
-                steps.append(("alloc", s.node))
-                walk(s.body.body, depth)
-                steps.append(("free", s.node))
+                allocated(s.node, s.body.body, depth, f"device_alloc_zeroed({s.node.dtype}, {dims})  # kept zero")
                 return
             walk(s.body, depth)
             return
@@ -208,11 +208,8 @@ def split_host_device(func: S.PrimFunc, target: Target) -> HostPlan:
                     f"buffer {s.buffer.name} ({s.buffer.scope}) is allocated outside every kernel; "
                     f"compute its stage at a thread-bound loop (compute_at) or give it scope 'global'"
                 )
-            steps.append(("alloc", s.buffer))
             dims = ", ".join(map(str, s.buffer.shape))
-            host_lines.append(f"{pad}{s.buffer.name} = device_alloc({s.buffer.dtype}, {dims})")
-            walk(s.body, depth)
-            steps.append(("free", s.buffer))
+            allocated(s.buffer, s.body, depth, f"device_alloc({s.buffer.dtype}, {dims})")
             return
         if _is_kernel_root(s):
             k = make_kernel(s, f"{func.name}_kernel{len(kernels)}", func, target)

@@ -36,6 +36,7 @@ Dask is an optional dependency (``pip install 'ember[tune]'``); without it these
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import math
@@ -97,10 +98,8 @@ def _measure_on_worker(task: Task, ref: BuildResult, built: BuildResult, timeout
     if ref.parts is None:
         return light, MeasureResult(None, f"no reference: the default schedule does not build ({ref.error})")
     result = _runner(task.target, timeout, repeats).measure(task, ref.parts, built.parts, best_s)
-    try:
+    with contextlib.suppress(ValueError):  # outside a Dask worker (called directly) it names none
         result.worker = str(_dask().get_worker().name)
-    except ValueError:  # not on a Dask worker (called directly)
-        pass
     return light, result
 
 
@@ -109,10 +108,9 @@ def _build_on_worker(task: Task, config: dict[str, Any]) -> BuildResult:
     (set once per thread: Linux keeps a nice value per thread; children inherit it)."""
     if not getattr(_NICED, "done", False):
         _NICED.done = True
-        try:
+        # without setpriority (not POSIX) or the right to use it, the builds run at full priority
+        with contextlib.suppress(AttributeError, OSError):
             os.setpriority(os.PRIO_PROCESS, 0, max(BUILD_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
-        except (AttributeError, OSError):  # no setpriority here, or not allowed: build at full priority
-            pass
     return build_one(task, config)
 
 

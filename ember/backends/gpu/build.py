@@ -87,7 +87,7 @@ def plan_json(plan: HostPlan, vector_params: dict[str, list[int]], dynamic: dict
                 "row_bytes": _tree(E.cast("int64", spec.row_bytes), scal_index, b.name),
                 "box": [spec.box_cols, spec.box_rows], **({"swizzle": spec.swizzle} if spec.swizzle != 128 else {}),
             }
-        if any(z is b for z in plan.zeroed):
+        if b in plan.zeroed:
             entry["zeroed"] = True
         ws.append(entry)
     return {"kernels": kernels, "steps": steps, "workspaces": ws}
