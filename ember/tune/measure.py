@@ -54,7 +54,8 @@ class MeasureResult:
     the measurement took as the tuner saw it; ``phases``: the measuring process's own seconds
     loading, checking and timing the candidate; ``graph``: the rounds were CUDA-graph replays
     timed on the device (else the host's clock around the calls); ``worker``: the name of the Dask
-    measuring worker that measured it (empty in a local run)."""
+    measuring worker that measured it (empty in a local run); ``died``: the measuring process died
+    while measuring it (a crash or a kill: the trial is lost)."""
 
     seconds: float | None
     error: str | None = None
@@ -64,6 +65,7 @@ class MeasureResult:
     phases: dict[str, float] = field(default_factory=dict)
     graph: bool = False
     worker: str = ""
+    died: bool = False
 
 
 def build_one(task: Task, config: dict[str, Any]) -> BuildResult:
@@ -235,7 +237,8 @@ class Runner:
                 reply, _ = wire.recv(proc.stdout)
             except (EOFError, BrokenPipeError, ValueError, OSError):
                 code = proc.wait()
-                return MeasureResult(None, f"run: the measuring process died (exit code {code}){self._stderr_tail()}")
+                return MeasureResult(None, f"run: the measuring process died (exit code {code}){self._stderr_tail()}",
+                                     died=True)
             if reply.get("status") != "need_ref":
                 break
             self._sent.discard(task.workload)

@@ -441,7 +441,7 @@ def _store(result: TuneResult, search: TaskSearch, task: Task, tkey: TargetKey, 
             for k, v in m.phases.items():
                 p[f"measure_{k}"] = p.get(f"measure_{k}", 0.0) + v
             result.rejected += m.rejected
-            result.lost += bool(m.error and "the measuring process died" in m.error)
+            result.lost += m.died
             if m.worker:
                 result.measurers[m.worker] = result.measurers.get(m.worker, 0.0) + m.elapsed
         seconds = m.seconds if m is not None else None
